@@ -1,0 +1,41 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+# torch is installed first and pinned here, where you can see and change it.
+# Without a GPU we ask for the CPU build: an unpinned torch resolves to a CUDA
+# build of several GB. On a generic CPU machine whose pip knows no CPU wheel, add
+#   TORCH_INDEX="--extra-index-url https://download.pytorch.org/whl/cpu"
+# With a GPU: make TORCH=torch==2.13.0 (or the CUDA build your driver wants).
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
+TORCH ?= $(if $(HAS_GPU),torch==2.13.0,torch==2.13.0+cpu)
+TORCH_INDEX ?=
+EXTRAS ?= dev
+
+.PHONY: setup demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH)" $(TORCH_INDEX) \
+	  || { echo "Could not install $(TORCH); set TORCH / TORCH_INDEX (see the Makefile)"; exit 1; }
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]"
+	touch $@
+
+setup: $(BIN)/.installed
+
+demo: setup
+	WANDB_MODE=offline $(BIN)/hybrid demo --out runs/demo
+
+test: setup
+	$(BIN)/ruff check .
+	WANDB_MODE=offline $(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: setup
+	$(BIN)/python benchmarks/cartpole.py
+
+clean:
+	rm -rf $(VENV) runs wandb .pytest_cache .ruff_cache

@@ -1,0 +1,25 @@
+"""hybrid: update schedulers for deep RL on one worker / global-model core.
+
+``hybrid.train(TrainConfig(...)) -> Result`` is the one entry point; the CLI wraps it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hybrid.config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:
+    from hybrid.core.loop import Result, train
+
+__all__ = ["ConfigError", "Result", "TrainConfig", "train"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily so that `import hybrid` (and the analysis tools) stay light.
+    if name in ("train", "Result"):
+        from hybrid.core import loop
+
+        return getattr(loop, name)
+    raise AttributeError(f"module 'hybrid' has no attribute {name!r}")

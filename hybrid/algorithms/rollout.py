@@ -1,0 +1,93 @@
+"""Stepping a worker's vector env with the current policy, batched over its envs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hybrid.envs import EnvInfo
+from hybrid.nets import ActorCritic
+
+
+@dataclass
+class Rollout:
+    """T steps of E envs, time-major."""
+
+    obs: torch.Tensor  # [T, E, obs_dim]
+    actions: torch.Tensor  # [T, E] or [T, E, action_dim]
+    rewards: torch.Tensor  # [T, E]
+    terminated: torch.Tensor  # [T, E] bool
+    truncated: torch.Tensor  # [T, E] bool
+    last_obs: torch.Tensor  # [E, obs_dim], the observation after the last step
+    final_obs: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    """(t, env) -> last observation of an episode cut by truncation, for bootstrapping."""
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.rewards.numel())
+
+
+class EnvRunner:
+    """Owns a worker's vector env and the episodes in progress across tasks."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, seed: int, info: EnvInfo) -> None:
+        self.envs = envs
+        self.info = info
+        obs, _ = envs.reset(seed=seed)
+        self.obs = np.asarray(obs, dtype=np.float32)
+        self.num_envs = envs.num_envs
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def collect(self, model: ActorCritic, steps: int, generator: torch.Generator) -> Rollout:
+        E, info = self.num_envs, self.info
+        obs_buf = np.empty((steps, E, info.obs_dim), dtype=np.float32)
+        action_shape = (steps, E, info.action_dim) if info.continuous else (steps, E)
+        act_buf = np.empty(action_shape, dtype=np.float32 if info.continuous else np.int64)
+        rew_buf = np.empty((steps, E), dtype=np.float32)
+        term_buf = np.empty((steps, E), dtype=bool)
+        trunc_buf = np.empty((steps, E), dtype=bool)
+        final_obs: dict[tuple[int, int], torch.Tensor] = {}
+        returns: list[float] = []
+        lengths: list[int] = []
+        for t in range(steps):
+            obs_buf[t] = self.obs
+            with torch.no_grad():
+                action = model.act(torch.from_numpy(self.obs), generator).numpy()
+            act_buf[t] = action
+            if info.continuous:
+                action = np.clip(action, info.action_low, info.action_high)
+            obs, reward, terminated, truncated, step_info = self.envs.step(action)
+            rew_buf[t], term_buf[t], trunc_buf[t] = reward, terminated, truncated
+            self.episode_return += reward
+            self.episode_length += 1
+            done = terminated | truncated
+            if done.any():
+                for i in np.flatnonzero(done):
+                    returns.append(float(self.episode_return[i]))
+                    lengths.append(int(self.episode_length[i]))
+                    if truncated[i] and not terminated[i]:
+                        final = np.asarray(step_info["final_obs"][i], dtype=np.float32)
+                        final_obs[(t, int(i))] = torch.from_numpy(final.reshape(-1))
+                self.episode_return[done] = 0.0
+                self.episode_length[done] = 0
+            self.obs = np.asarray(obs, dtype=np.float32)
+        return Rollout(
+            obs=torch.from_numpy(obs_buf),
+            actions=torch.from_numpy(act_buf),
+            rewards=torch.from_numpy(rew_buf),
+            terminated=torch.from_numpy(term_buf),
+            truncated=torch.from_numpy(trunc_buf),
+            last_obs=torch.from_numpy(self.obs.copy()),
+            final_obs=final_obs,
+            episode_returns=returns,
+            episode_lengths=lengths,
+        )
+
+    def close(self) -> None:
+        self.envs.close()

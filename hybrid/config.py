@@ -1,0 +1,219 @@
+"""Flat run configuration.
+
+One dataclass, one namespace: the same field names are CLI flags
+(``--total-env-steps``), wandb sweep keys (``total_env_steps``) and keyword
+arguments in a notebook (``TrainConfig(total_env_steps=...)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting that cannot run. The message is one line naming the field and what is allowed."""
+
+
+@dataclass
+class TrainConfig:
+    """Train one agent under one update scheduler. Every field is also a CLI flag."""
+
+    # --- task and schedule -------------------------------------------------------------------
+    env: str = "CartPole-v1"
+    """Gymnasium environment id."""
+    scheduler: str = "async"
+    """Update scheduler: sync (A2C), async (A3C / Hogwild!), bounded (SSP)."""
+    runtime: str = "serial"
+    """Where workers run: serial (one process, deterministic virtual clock)."""
+    algo: str = "a2c"
+    """Worker algorithm: a2c (A3C under the async scheduler)."""
+    workers: int = 8
+    """Number of workers (simulated on the serial runtime)."""
+    envs_per_worker: int = 2
+    """Environments each worker steps as one Gymnasium vector env (batched forward pass)."""
+    rollout_steps: int = 8
+    """Steps per environment in one worker task (t_max in the A3C paper)."""
+    total_env_steps: int = 200_000
+    """Budget: environment steps summed over all workers."""
+    stop_when_solved: bool = True
+    """Stop as soon as an evaluation reaches the env's reward threshold."""
+    seed: int = 0
+    """Base seed; every other seed derives from it through numpy's SeedSequence."""
+
+    # --- algorithm -----------------------------------------------------------------------------
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda; 1.0 gives plain n-step bootstrapped returns (A3C)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value-loss coefficient."""
+    normalize_advantages: bool = False
+    """Normalize advantages per worker batch (off by default: batches are small)."""
+    hidden: int = 64
+    """Units per hidden layer of the actor and critic MLPs."""
+    layers: int = 2
+    """Hidden layers of the actor and critic MLPs."""
+    head: str = "auto"
+    """Policy head: auto (from the action space), categorical (Discrete), gaussian (Box)."""
+
+    # --- server optimizer (the global model's) --------------------------------------------------
+    optimizer: str = "adam"
+    """Server optimizer: adam, rmsprop (statistics shared by all workers, as in A3C), sgd."""
+    lr: float = 1e-3
+    """Server learning rate."""
+    lr_schedule: str = "constant"
+    """Learning-rate schedule over the env-step budget: constant or linear (decays to 0)."""
+    max_grad_norm: float = 0.5
+    """Clip the norm of each applied step; 0 disables clipping."""
+    adam_eps: float = 1e-5
+    """Epsilon of Adam and RMSProp."""
+    rmsprop_alpha: float = 0.99
+    """RMSProp smoothing constant."""
+
+    # --- bounded staleness -----------------------------------------------------------------------
+    staleness_bound: int = 4
+    """SSP bound s: a worker may run at most s clocks ahead of the slowest (bounded only)."""
+    staleness_aware_lr: bool = False
+    """Scale each step by 1/max(1, tau), tau = staleness (Zhang et al. 2016; bounded only)."""
+
+    # --- serial runtime: the virtual clock's cost model -------------------------------------------
+    cluster: str = "homogeneous"
+    """Worker speeds: homogeneous, heterogeneous (lognormal), stragglers (some k times slower)."""
+    step_cost_s: float = 1e-4
+    """Virtual seconds one env step (with its forward pass) costs a worker of speed 1."""
+    task_overhead_s: float = 1e-3
+    """Virtual seconds of fixed cost per task (loss, backward pass)."""
+    speed_sigma: float = 0.5
+    """Lognormal sigma of worker speeds (heterogeneous)."""
+    straggler_fraction: float = 0.25
+    """Fraction of workers that straggle (stragglers)."""
+    straggler_slowdown: float = 4.0
+    """How many times slower a straggler is (stragglers)."""
+    jitter_sigma: float = 0.1
+    """Lognormal sigma of per-task duration jitter."""
+    bandwidth_mbps: float = 100.0
+    """Uplink bandwidth per worker in Mbit/s; upload time = bytes / bandwidth."""
+
+    # --- evaluation and logging -----------------------------------------------------------------
+    eval_every: int = 2_500
+    """Evaluate the global model every this many env steps."""
+    eval_episodes: int = 10
+    """Deterministic episodes per evaluation."""
+    log_every: int = 1_000
+    """Write a training row to metrics.jsonl every this many env steps."""
+    out: str = ""
+    """Run directory; empty picks runs/<env>-<scheduler>-s<seed>-<time>."""
+    track: bool = False
+    """Also log to wandb (offline unless you configured wandb online)."""
+    wandb_project: str = "hybrid"
+    """wandb project name."""
+    exp_name: str = ""
+    """Experiment name (the wandb group); empty uses the env id."""
+    torch_threads: int = 1
+    """torch intra-op threads; 1 keeps tiny MLPs fast and the serial runtime bit-reproducible."""
+    progress: bool = True
+    """Show a progress bar (a periodic status line when output is not a terminal)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: unknown config field")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> None:
+        """Check every field; raise ConfigError with a one-line message on the first bad one."""
+        from hybrid.algorithms import ALGORITHMS
+        from hybrid.runtimes import RUNTIMES
+        from hybrid.schedulers import SCHEDULERS
+
+        _choice("scheduler", self.scheduler, SCHEDULERS)
+        _choice("runtime", self.runtime, RUNTIMES)
+        _choice("algo", self.algo, ALGORITHMS)
+        _choice("head", self.head, ("auto", "categorical", "gaussian"))
+        _choice("optimizer", self.optimizer, ("adam", "rmsprop", "sgd"))
+        _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
+        _choice("cluster", self.cluster, ("homogeneous", "heterogeneous", "stragglers"))
+        for name in (
+            "workers",
+            "envs_per_worker",
+            "rollout_steps",
+            "total_env_steps",
+            "hidden",
+            "eval_every",
+            "eval_episodes",
+            "log_every",
+            "torch_threads",
+        ):
+            _at_least(name, getattr(self, name), 1)
+        _at_least("layers", self.layers, 0)
+        _at_least("staleness_bound", self.staleness_bound, 0)
+        _in_range("gamma", self.gamma, 0.0, 1.0)
+        _in_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        _in_range("straggler_fraction", self.straggler_fraction, 0.0, 1.0)
+        for name in ("lr", "step_cost_s", "bandwidth_mbps", "adam_eps", "straggler_slowdown"):
+            _positive(name, getattr(self, name))
+        for name in (
+            "ent_coef",
+            "vf_coef",
+            "max_grad_norm",
+            "task_overhead_s",
+            "speed_sigma",
+            "jitter_sigma",
+        ):
+            _non_negative(name, getattr(self, name))
+        _in_range("rmsprop_alpha", self.rmsprop_alpha, 0.0, 1.0)
+        if self.seed < 0 or self.seed >= 2**63:
+            raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
+
+
+def _choice(name: str, value: object, allowed: Any) -> None:
+    if value not in allowed:
+        options = ", ".join(str(a) for a in allowed)
+        raise ConfigError(f"{name}: unknown {value!r}; choose one of {options}")
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}: {value!r} is not a finite number")
+    return float(value)
+
+
+def _at_least(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name}: expected an integer >= {low}, got {value!r}")
+    if value < low:
+        raise ConfigError(f"{name}: {value} is too small; it must be an integer >= {low}")
+
+
+def _in_range(name: str, value: object, low: float, high: float) -> None:
+    number = _number(name, value)
+    if not low <= number <= high:
+        raise ConfigError(f"{name}: {value} is outside [{low}, {high}]")
+
+
+def _positive(name: str, value: object) -> None:
+    if _number(name, value) <= 0:
+        raise ConfigError(f"{name}: {value} must be > 0")
+
+
+def _non_negative(name: str, value: object) -> None:
+    if _number(name, value) < 0:
+        raise ConfigError(f"{name}: {value} must be >= 0")
+
+
+__all__ = ["ConfigError", "TrainConfig"]

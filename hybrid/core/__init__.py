@@ -1,0 +1,1 @@
+"""The shared core: updates, the global model, workers and the one loop."""

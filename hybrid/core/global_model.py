@@ -1,0 +1,90 @@
+"""The global model: parameters θ, an integer version, the server optimizer."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from hybrid.core.update import Snapshot
+
+
+@dataclass
+class Step:
+    """A direction to descend (a combined gradient or pseudo-gradient) and its step-size scale."""
+
+    direction: torch.Tensor
+    lr_scale: float = 1.0
+
+
+class GlobalModel:
+    """Flat parameters plus one server optimizer shared by every worker.
+
+    The parameters are a single 1-D tensor so that snapshots, payloads, codecs,
+    shared memory and hashes all deal with one buffer. Optimizer statistics live
+    here, so RMSProp's are shared across workers as in the A3C paper.
+    """
+
+    def __init__(
+        self,
+        params: torch.Tensor,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        max_grad_norm: float = 0.0,
+        lr_schedule: str = "constant",
+        adam_eps: float = 1e-5,
+        rmsprop_alpha: float = 0.99,
+    ) -> None:
+        self.param = torch.nn.Parameter(params.detach().clone().float(), requires_grad=False)
+        self.version = 0
+        self.base_lr = lr
+        self.max_grad_norm = max_grad_norm
+        self.lr_schedule = lr_schedule
+        self.optimizer = make_optimizer(optimizer, [self.param], lr, adam_eps, rmsprop_alpha)
+
+    @property
+    def params(self) -> torch.Tensor:
+        return self.param.data
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.param.data.clone(), self.version)
+
+    def lr_at(self, progress: float) -> float:
+        """Learning rate after ``progress`` (0..1) of the budget has been spent."""
+        if self.lr_schedule == "linear":
+            return self.base_lr * max(0.0, 1.0 - progress)
+        return self.base_lr
+
+    def apply(self, step: Step, progress: float = 0.0) -> float:
+        """Take one optimizer step along ``step.direction``; returns the pre-clip norm."""
+        direction = step.direction
+        norm = float(torch.linalg.vector_norm(direction))
+        if self.max_grad_norm > 0 and norm > self.max_grad_norm:
+            direction = direction * (self.max_grad_norm / (norm + 1e-6))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(progress) * step.lr_scale
+        self.param.grad = direction
+        self.optimizer.step()
+        self.param.grad = None
+        self.version += 1
+        return norm
+
+    def sha256(self) -> str:
+        return params_sha256(self.param.data)
+
+
+def params_sha256(params: torch.Tensor) -> str:
+    return hashlib.sha256(params.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+def make_optimizer(
+    name: str, params: list[torch.nn.Parameter], lr: float, eps: float, alpha: float
+) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, eps=eps)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, alpha=alpha, eps=eps)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"optimizer: unknown {name!r}; choose one of adam, rmsprop, sgd")

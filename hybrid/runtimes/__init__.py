@@ -1,0 +1,37 @@
+"""Runtimes: where workers execute. They know nothing of scheduling policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from hybrid.core.update import Snapshot, Update
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
+    from hybrid.envs import EnvInfo
+
+
+class Runtime(Protocol):
+    """Dispatches tasks to workers and hands back their updates, earliest completion first."""
+
+    def idle_workers(self) -> list[int]: ...
+    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None: ...
+    def next_update(self) -> Update: ...
+    def virtual_time(self) -> float | None: ...
+    def close(self) -> None: ...
+
+
+def _serial(cfg: TrainConfig, info: EnvInfo) -> Runtime:
+    from hybrid.runtimes.serial import SerialRuntime
+
+    return SerialRuntime(cfg, info)
+
+
+RUNTIMES: dict[str, Callable[[TrainConfig, EnvInfo], Runtime]] = {
+    "serial": _serial,
+}
+
+
+def make_runtime(cfg: TrainConfig, info: EnvInfo) -> Runtime:
+    return RUNTIMES[cfg.runtime](cfg, info)

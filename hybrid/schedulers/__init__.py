@@ -1,0 +1,24 @@
+"""Scheduler registry: one line per scheduler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hybrid.config import TrainConfig
+from hybrid.schedulers.asynchronous import Async
+from hybrid.schedulers.base import Scheduler, Verdict
+from hybrid.schedulers.bounded import Bounded
+from hybrid.schedulers.synchronous import Sync
+
+SCHEDULERS: dict[str, Callable[[TrainConfig], Scheduler]] = {
+    "sync": lambda c: Sync(c.workers),
+    "async": lambda c: Async(c.workers),
+    "bounded": lambda c: Bounded(c.workers, c.staleness_bound, c.staleness_aware_lr),
+}
+
+
+def make_scheduler(cfg: TrainConfig) -> Scheduler:
+    return SCHEDULERS[cfg.scheduler](cfg)
+
+
+__all__ = ["SCHEDULERS", "Async", "Bounded", "Scheduler", "Sync", "Verdict", "make_scheduler"]

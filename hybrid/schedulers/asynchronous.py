@@ -1,0 +1,17 @@
+"""``async``: A3C / Hogwild!. Every update is applied the moment it arrives."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hybrid.schedulers.base import Scheduler
+
+
+class Async(Scheduler):
+    name = "async"
+
+    def ready(self, idle: Sequence[int], version: int) -> list[int]:
+        return list(idle)
+
+    def full(self) -> bool:
+        return bool(self.buffer)

@@ -1,0 +1,61 @@
+"""The scheduler protocol: a pure policy over hand-made or real ``Update``s.
+
+A scheduler decides who may start a task (``ready``), what happens to an
+arriving update (``admit``), when the buffered updates become a step
+(``full``) and how they combine (``combine``). It does no I/O and owns no
+threads or processes, so it can be unit-tested with hand-made updates.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from hybrid.core.global_model import Step
+from hybrid.core.update import Update
+from hybrid.schedulers.aggregate import weighted_mean
+
+
+class Verdict(enum.Enum):
+    BUFFER = "buffer"
+    """Kept until the next ``combine``."""
+    DROP = "drop"
+    """Discarded (counted as ``sched/dropped``)."""
+
+
+class Scheduler(ABC):
+    name: ClassVar[str] = ""
+    payload_kind: ClassVar[str] = "gradient"
+    """What workers must send: ``gradient`` (or ``delta`` / ``trajectory`` for later schedulers)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"workers: {workers} is too small; it must be >= 1")
+        self.workers = workers
+        self.buffer: list[tuple[Update, int]] = []
+
+    @abstractmethod
+    def ready(self, idle: Sequence[int], version: int) -> list[int]:
+        """Of the ``idle`` workers, those that start a task now from ``version``."""
+
+    def admit(self, update: Update, staleness: int) -> Verdict:
+        self.buffer.append((update, staleness))
+        return Verdict.BUFFER
+
+    @abstractmethod
+    def full(self) -> bool:
+        """Whether the buffered updates are to be combined into a step now."""
+
+    def combine(self) -> Step:
+        """Sample-weighted mean of the buffered payloads; empties the buffer."""
+        updates = [u for u, _ in self.buffer]
+        self.buffer.clear()
+        return Step(weighted_mean([u.payload for u in updates], [u.weight for u in updates]))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state

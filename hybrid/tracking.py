@@ -1,0 +1,163 @@
+"""Run logging: metrics.jsonl (always; the source of truth), console progress, wandb.
+
+metrics.jsonl holds one JSON object per event, flushed as it is written so a
+crash loses at most the line in progress. Every row carries ``kind``
+(``train`` or ``eval``), ``env_steps``, ``updates``, ``wall_s`` (training wall
+seconds) and ``virtual_s`` (the serial runtime's clock, else null). Metric
+names are grouped as ``charts/``, ``losses/``, ``sched/``, ``perf/``, ``eval/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, TextIO
+
+from hybrid.config import TrainConfig
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write to a temporary file, fsync, rename: readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _clean(value: Any) -> Any:
+    # JSON has no NaN or Infinity; write null rather than an unreadable token.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class Console:
+    """A progress bar on a terminal; a periodic one-line status otherwise (CI logs)."""
+
+    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO = sys.stderr) -> None:
+        self.total = total
+        self.label = label
+        self.enabled = enabled
+        self.stream = stream
+        self.interactive = enabled and stream.isatty()
+        self._last_line = 0.0
+        self._progress: Any = None
+        if self.interactive:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed:,}/{task.total:,} steps"),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                transient=False,
+            )
+            self._task = self._progress.add_task(label, total=total, status="")
+            self._progress.start()
+
+    def update(self, env_steps: int, status: str, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            self._progress.update(self._task, completed=min(env_steps, self.total), status=status)
+            return
+        now = time.monotonic()
+        if force or now - self._last_line >= 10.0:
+            self._last_line = now
+            pct = 100.0 * env_steps / self.total
+            print(f"[{self.label}] {env_steps:,} steps ({pct:.0f}%) {status}", file=self.stream)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+class WandbSink:
+    """wandb logging that never stops training: every failure becomes one warning."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
+        self.run: Any = None
+        try:
+            import wandb
+
+            if not _wandb_configured():
+                os.environ.setdefault("WANDB_MODE", "offline")
+            self.run = wandb.init(
+                project=cfg.wandb_project,
+                group=cfg.exp_name or cfg.env,
+                job_type=cfg.scheduler,
+                name=run_dir.name,
+                dir=str(run_dir),
+                config=cfg.to_dict(),
+                tags=[cfg.scheduler, cfg.runtime, cfg.algo],
+                reinit="finish_previous",
+            )
+            self.run.define_metric("env_steps")
+            self.run.define_metric("*", step_metric="env_steps")
+        except Exception as exc:
+            self._disable(exc)
+
+    def _disable(self, exc: BaseException) -> None:
+        warnings.warn(f"wandb disabled, training continues with JSONL only: {exc}", stacklevel=3)
+        self.run = None
+
+    def log(self, row: dict[str, Any]) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.log({k: v for k, v in row.items() if isinstance(v, int | float)})
+        except Exception as exc:
+            self._disable(exc)
+
+    def finish(self, summary: dict[str, Any] | None) -> None:
+        if self.run is None:
+            return
+        try:
+            if summary:
+                self.run.summary.update(summary)
+            self.run.finish()
+        except Exception as exc:
+            self._disable(exc)
+
+
+def _wandb_configured() -> bool:
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+class Tracker:
+    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        self.console = Console(cfg.total_env_steps, f"{cfg.scheduler}/{cfg.env}", cfg.progress)
+        self.wandb = WandbSink(cfg, run_dir) if cfg.track else None
+
+    def log(self, row: dict[str, Any]) -> None:
+        self._jsonl.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+        self._jsonl.flush()
+        if self.wandb is not None:
+            self.wandb.log(row)
+
+    def close(self, summary: dict[str, Any] | None = None) -> None:
+        self.console.close()
+        if not self._jsonl.closed:
+            self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())
+            self._jsonl.close()
+        if self.wandb is not None:
+            self.wandb.finish(summary)
+            self.wandb = None

@@ -1,0 +1,124 @@
+"""Schedulers as pure policies, driven by hand-made updates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_update
+
+from hybrid.schedulers import SCHEDULERS, Async, Bounded, Sync, Verdict
+from hybrid.schedulers.aggregate import weighted_mean
+
+
+def test_registry_names_match_classes():
+    assert set(SCHEDULERS) == {"sync", "async", "bounded"}
+
+
+def test_weighted_mean_by_samples():
+    out = weighted_mean([torch.tensor([1.0, 0.0]), torch.tensor([4.0, 3.0])], [1.0, 3.0])
+    assert torch.allclose(out, torch.tensor([3.25, 2.25]))
+    with pytest.raises(ValueError):
+        weighted_mean([], [])
+
+
+def test_sync_round_waits_for_every_worker_and_averages():
+    s = Sync(3)
+    assert s.ready([0, 1], version=0) == []  # not everyone is idle yet
+    assert s.ready([2, 0, 1], version=0) == [0, 1, 2]
+    assert s.ready([], version=0) == []
+    for w, v in enumerate([[3.0], [6.0], [9.0]]):
+        assert s.admit(make_update(w, 0, v, env_steps=10), staleness=0) is Verdict.BUFFER
+        assert s.full() == (w == 2)
+    step = s.combine()
+    assert torch.allclose(step.direction, torch.tensor([6.0]))
+    assert step.lr_scale == 1.0
+    assert s.buffer == []
+    assert s.ready([0, 1, 2], version=1) == [0, 1, 2]  # the next round opens
+
+
+def test_sync_weights_by_env_steps():
+    s = Sync(2)
+    s.ready([0, 1], 0)
+    s.admit(make_update(0, 0, [0.0], env_steps=30), 0)
+    s.admit(make_update(1, 0, [4.0], env_steps=10), 0)
+    assert torch.allclose(s.combine().direction, torch.tensor([1.0]))
+
+
+def test_async_applies_each_update_alone():
+    s = Async(4)
+    assert s.ready([3, 1], version=7) == [3, 1]
+    assert not s.full()
+    s.admit(make_update(1, 5, [2.0, -2.0]), staleness=2)
+    assert s.full()
+    step = s.combine()
+    assert torch.equal(step.direction, torch.tensor([2.0, -2.0]))
+    assert not s.full()
+
+
+def test_bounded_gates_fast_workers():
+    s = Bounded(3, bound=1)
+    assert s.ready([0, 1, 2], 0) == [0, 1, 2]
+    # worker 0 finishes twice while 1 and 2 are still on their first task
+    s.admit(make_update(0, 0, [1.0]), 0)
+    s.combine()
+    assert s.ready([0], 1) == [0]  # clock 1 − slowest 0 <= 1: may start
+    s.admit(make_update(0, 1, [1.0]), 0)
+    s.combine()
+    assert s.clocks == [2, 0, 0]
+    assert s.ready([0], 2) == []  # 2 ahead of the slowest: must wait
+    s.admit(make_update(1, 0, [1.0]), 2)
+    s.combine()
+    assert s.ready([0, 1], 3) == [1]  # worker 2 still holds the minimum at 0
+    s.admit(make_update(2, 0, [1.0]), 3)
+    s.combine()
+    assert s.ready([0, 1, 2], 4) == [0, 1, 2]
+
+
+def test_bounded_zero_is_bulk_synchronous():
+    s = Bounded(2, bound=0)
+    assert s.ready([0, 1], 0) == [0, 1]
+    s.admit(make_update(0, 0, [1.0]), 0)
+    s.combine()
+    assert s.ready([0], 1) == []  # worker 1 has not finished clock 1
+    s.admit(make_update(1, 0, [1.0]), 1)
+    s.combine()
+    assert s.ready([0, 1], 2) == [0, 1]
+
+
+def test_bounded_staleness_aware_step_size():
+    s = Bounded(2, bound=10, staleness_aware=True)
+    s.ready([0, 1], 0)
+    s.admit(make_update(0, 0, [1.0]), staleness=0)
+    assert s.combine().lr_scale == 1.0
+    s.admit(make_update(1, 0, [1.0]), staleness=4)
+    assert s.combine().lr_scale == pytest.approx(0.25)
+    plain = Bounded(2, bound=10)
+    plain.ready([0, 1], 0)
+    plain.admit(make_update(1, 0, [1.0]), staleness=4)
+    assert plain.combine().lr_scale == 1.0
+
+
+def test_bounded_with_huge_bound_decides_like_async():
+    bounded, asynchronous = Bounded(3, bound=10**9), Async(3)
+    for idle in ([0, 1, 2], [2], [0, 2], [1]):
+        assert bounded.ready(idle, 0) == asynchronous.ready(idle, 0)
+
+
+def test_scheduler_state_round_trip():
+    s = Bounded(3, bound=2)
+    s.admit(make_update(2, 0, [1.0]), 0)
+    restored = Bounded(3, bound=2)
+    restored.load_state_dict(s.state_dict())
+    assert restored.clocks == [0, 0, 1]
+    sync = Sync(2)
+    sync.ready([0, 1], 0)
+    other = Sync(2)
+    other.load_state_dict(sync.state_dict())
+    assert other.ready([0, 1], 0) == []
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="workers"):
+        Async(0)
+    with pytest.raises(ValueError, match="staleness_bound"):
+        Bounded(2, bound=-1)
