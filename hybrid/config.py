@@ -99,6 +99,12 @@ class TrainConfig:
     bandwidth_mbps: float = 100.0
     """Uplink bandwidth per worker in Mbit/s; upload time = bytes / bandwidth."""
 
+    # --- parallel runtimes ----------------------------------------------------------------------
+    lock_free: bool = True
+    """async on the processes runtime: Hogwild! lock-free writes (else one locked writer)."""
+    ray_address: str = ""
+    """Ray cluster to join (ray runtime); empty starts a local, loopback-only instance."""
+
     # --- evaluation and logging -----------------------------------------------------------------
     eval_every: int = 2_500
     """Evaluate the global model every this many env steps."""

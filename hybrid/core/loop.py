@@ -184,7 +184,7 @@ def run_loop(
 
         if stats.env_steps >= next_log:
             next_log += cfg.log_every
-            train_row = row("train") | stats.drain_window()
+            train_row = row("train") | stats.drain_window() | runtime.metrics()
             train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
             tracker.log(train_row)
             tracker.console.update(stats.env_steps, _status(train_row, last_eval))

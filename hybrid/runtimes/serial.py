@@ -85,6 +85,9 @@ class SerialRuntime:
     def virtual_time(self) -> float | None:
         return self.clock
 
+    def metrics(self) -> dict[str, float]:
+        return {}
+
     def close(self) -> None:
         for worker in self.workers:
             worker.close()
