@@ -6,12 +6,16 @@ with nothing written to disk.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import io
 import re
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
 
 from hybrid.config import ConfigError, TrainConfig
 
@@ -92,6 +96,88 @@ def train_command(argv: Sequence[str]) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad input in one line (exit 2) instead of usage + message."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def compare_command(argv: Sequence[str]) -> int:
+    parser = _Parser(
+        prog="hybrid compare",
+        description="Aggregate finished runs across seeds: IQM with bootstrap CIs, "
+        "learning curves, staleness histograms, Markdown and LaTeX tables.",
+    )
+    parser.add_argument("runs", nargs="+", help="run directories, or folders that hold them")
+    parser.add_argument("--out", required=True, help="where figures and tables are written")
+    parser.add_argument("--group-by", nargs="+", default=["scheduler"], help="config fields")
+    parser.add_argument("--metric", default="final_eval_return", help="a summary.json key")
+    args = parser.parse_args(argv)
+    from hybrid.analysis import compare, find_runs
+
+    run_dirs = []
+    for path in map(Path, args.runs):
+        if not path.is_dir():
+            return fail("compare", f"runs: {str(path)!r} is not a directory")
+        run_dirs += [path] if (path / "config.json").exists() else find_runs(path)
+    if not run_dirs:
+        return fail("compare", "runs: no run directory (one holding config.json) found")
+    comparison = compare(run_dirs, args.out, group_by=args.group_by, metric=args.metric)
+    print(comparison.to_markdown())
+    print(f"figures and tables written to {args.out}")
+    return 0
+
+
+def demo_command(argv: Sequence[str]) -> int:
+    """Train every scheduler on a few seeds, then compare: the README's `make demo`."""
+    parser = _Parser(prog="hybrid demo", description=demo_command.__doc__)
+    parser.add_argument("--out", default="runs/demo")
+    parser.add_argument("--schedulers", nargs="+", default=["sync", "async", "bounded"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--total-env-steps", type=int, default=100_000)
+    parser.add_argument(
+        "--cluster",
+        default="heterogeneous",
+        help="worker speeds on the virtual clock; with equal speeds bounded(s=4) never waits",
+    )
+    args = parser.parse_args(argv)
+    from hybrid.core.loop import train
+
+    out = Path(args.out)
+    for scheduler in args.schedulers:
+        for seed in args.seeds:
+            run_dir = out / f"{scheduler}-s{seed}"
+            if (run_dir / "summary.json").exists():
+                print(f"{run_dir}: done before, kept")
+                continue
+            shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted earlier attempt
+            cfg = TrainConfig(
+                env=args.env,
+                scheduler=scheduler,
+                seed=seed,
+                total_env_steps=args.total_env_steps,
+                cluster=args.cluster,
+                out=str(run_dir),
+                progress=False,
+            )
+            try:
+                s = train(cfg).summary
+            except ConfigError as exc:
+                return fail("demo", str(exc))
+            solved = f"solved at {s['env_steps_to_solve']:,}" if s["solved"] else "not solved"
+            print(
+                f"{run_dir}: {solved} env steps, eval {s['final_eval_return']:.0f}, "
+                f"{s['env_steps_per_s']:,.0f} steps/s, staleness {s['staleness_mean']:.2f}"
+            )
+    return compare_command(
+        [str(out / f"{sch}-s{seed}") for sch in args.schedulers for seed in args.seeds]
+        + ["--out", str(out / "report")]
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
@@ -101,12 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "train":
         return train_command(rest)
     if command == "compare":
-        from hybrid.reports import compare_command
-
         return compare_command(rest)
     if command == "demo":
-        from hybrid.reports import demo_command
-
         return demo_command(rest)
     return fail(command, f"unknown command {command!r}; choose one of train, compare, demo")
 

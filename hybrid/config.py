@@ -27,14 +27,15 @@ class TrainConfig:
     scheduler: str = "async"
     """Update scheduler: sync (A2C), async (A3C / Hogwild!), bounded (SSP)."""
     runtime: str = "serial"
-    """Where workers run: serial (one process, deterministic virtual clock)."""
+    """Where workers run: serial (one process, deterministic virtual clock), processes
+    (one process per worker, shared-memory parameters), ray (Ray actors, local or a cluster)."""
     algo: str = "a2c"
     """Worker algorithm: a2c (A3C under the async scheduler)."""
     workers: int = 8
     """Number of workers (simulated on the serial runtime)."""
     envs_per_worker: int = 2
     """Environments each worker steps as one Gymnasium vector env (batched forward pass)."""
-    rollout_steps: int = 8
+    rollout_steps: int = 5
     """Steps per environment in one worker task (t_max in the A3C paper)."""
     total_env_steps: int = 200_000
     """Budget: environment steps summed over all workers."""
@@ -101,9 +102,14 @@ class TrainConfig:
 
     # --- parallel runtimes ----------------------------------------------------------------------
     lock_free: bool = True
-    """async on the processes runtime: Hogwild! lock-free writes (else one locked writer)."""
+    """processes runtime: workers read the shared parameters without a lock while they are
+    being written (Hogwild!; torn reads are counted as sched/torn_reads); off: a lock makes
+    every read one whole version. Steps are applied by the main process either way."""
     ray_address: str = ""
     """Ray cluster to join (ray runtime); empty starts a local, loopback-only instance."""
+    inject_worker_faults: float = 0.0
+    """Probability per task that its worker is SIGKILLed, seeded by seed (processes and ray;
+    for fault-tolerance studies). The task re-runs on the restarted worker."""
 
     # --- evaluation and logging -----------------------------------------------------------------
     eval_every: int = 2_500
@@ -181,6 +187,9 @@ class TrainConfig:
         ):
             _non_negative(name, getattr(self, name))
         _in_range("rmsprop_alpha", self.rmsprop_alpha, 0.0, 1.0)
+        _in_range("inject_worker_faults", self.inject_worker_faults, 0.0, 1.0)
+        if self.inject_worker_faults == 1.0:
+            raise ConfigError("inject_worker_faults: 1.0 would kill every task; use a value < 1")
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
 

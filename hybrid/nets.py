@@ -55,8 +55,10 @@ class ActorCritic(nn.Module):
             return out + noise * self.log_std.exp()
         if generator is None:
             return out.argmax(-1)
-        probs = torch.softmax(out, -1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        # Inverse-CDF sampling: several times cheaper than torch.multinomial on tiny batches.
+        cdf = torch.softmax(out, -1).cumsum(-1)
+        u = torch.rand(out.shape[:-1] + (1,), generator=generator)
+        return (cdf < u).sum(-1).clamp_(max=out.shape[-1] - 1)
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import torch
 
+import numpy as np
+
 from hybrid.algorithms.rollout import Rollout
 from hybrid.nets import ActorCritic
 
 
 def gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    not_done: torch.Tensor,
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    not_done: np.ndarray,
     gamma: float,
     lam: float,
-) -> torch.Tensor:
-    """Generalized advantage estimates, time-major [T, E]; lam=1 gives n-step returns − V."""
-    advantages = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[0])
+) -> np.ndarray:
+    """Generalized advantage estimates, time-major [T, E]; lam=1 gives n-step returns − V.
+
+    numpy, because the recursion runs over a handful of tiny rows where torch's
+    per-op overhead would dominate.
+    """
+    advantages = np.zeros_like(rewards)
+    running = np.zeros_like(rewards[0])
     for t in reversed(range(rewards.shape[0])):
         delta = rewards[t] + gamma * next_values[t] * not_done[t] - values[t]
         running = delta + gamma * lam * not_done[t] * running
@@ -43,15 +49,15 @@ def a2c_loss(
     values = all_values[: T * E].view(T, E)
 
     with torch.no_grad():
-        next_values = torch.empty_like(values)
-        next_values[:-1] = values[1:]
-        next_values[-1] = all_values[T * E :]
-        rewards = batch.rewards.clone()
+        v = all_values.numpy()
+        next_values = v[E:].reshape(T, E)  # V(x_{t+1}); the last row is V(last_obs)
+        rewards = batch.rewards.numpy().copy()
         # A time limit is not a terminal state: bootstrap from the state it cut off.
         for (t, i), final in batch.final_obs.items():
-            rewards[t, i] += gamma * model.value(final.unsqueeze(0))[0]
-        not_done = (~(batch.terminated | batch.truncated)).float()
-        advantages = gae(rewards, values.detach(), next_values, not_done, gamma, gae_lambda)
+            rewards[t, i] += gamma * float(model.value(final.unsqueeze(0))[0])
+        not_done = (~(batch.terminated | batch.truncated)).numpy().astype(np.float32)
+        adv = gae(rewards, v[: T * E].reshape(T, E), next_values, not_done, gamma, gae_lambda)
+        advantages = torch.from_numpy(adv)
         returns = advantages + values.detach()
         if normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)

@@ -32,8 +32,30 @@ def _serial(cfg: TrainConfig, info: EnvInfo) -> Runtime:
     return SerialRuntime(cfg, info)
 
 
+def _processes(cfg: TrainConfig, info: EnvInfo) -> Runtime:
+    from hybrid.runtimes.processes import ProcessRuntime
+
+    return ProcessRuntime(cfg, info)
+
+
+def _ray(cfg: TrainConfig, info: EnvInfo) -> Runtime:
+    try:
+        from hybrid.runtimes.ray import RayRuntime
+    except ModuleNotFoundError as exc:  # ray is an extra
+        if exc.name != "ray":
+            raise
+        from hybrid.config import ConfigError
+
+        raise ConfigError(
+            f"runtime: 'ray' needs Ray ({exc}); install it with pip install 'hybrid-rl[ray]'"
+        ) from None
+    return RayRuntime(cfg, info)
+
+
 RUNTIMES: dict[str, Callable[[TrainConfig, EnvInfo], Runtime]] = {
     "serial": _serial,
+    "processes": _processes,
+    "ray": _ray,
 }
 
 

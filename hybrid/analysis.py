@@ -1,0 +1,893 @@
+"""Compare groups of training runs: robust aggregates, learning curves, tables and figures.
+
+A run directory, as written by the trainer, holds ``config.json`` (flat config),
+``metrics.jsonl`` (append-only rows tagged by ``kind``) and, once the run finished,
+``summary.json``. :func:`compare` groups finished runs by config fields and writes
+figures (PNG + PDF), a Markdown table, a booktabs LaTeX table and ``results.json``.
+
+Aggregates follow Agarwal et al. (NeurIPS 2021): IQM and mean with stratified-bootstrap
+CIs, probability of improvement, performance profiles (see :mod:`hybrid.stats`, written
+over numpy/scipy rather than ``rliable``, whose ``arch`` dependency breaks with pandas 3).
+
+matplotlib is imported only when figures are drawn, and figures are built as
+``matplotlib.figure.Figure`` objects, so no global backend is set and notebooks keep theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+import zlib
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybrid.stats import Estimate, aggregate, curve_ci, performance_profile
+from hybrid.stats import iqm as _iqm
+from hybrid.stats import probability_of_improvement as _poi
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "SHORT_NAMES",
+    "AnalysisWarning",
+    "Comparison",
+    "Curve",
+    "GroupStats",
+    "Run",
+    "compare",
+    "find_runs",
+    "load_run",
+    "read_jsonl",
+]
+
+# Label abbreviations for non-string config values: group ("async", 4) reads "async/s=4".
+SHORT_NAMES: dict[str, str] = {
+    "staleness_bound": "s",
+    "workers": "w",
+    "total_env_steps": "steps",
+    "num_envs": "envs",
+}
+
+_NAN = float("nan")
+_NO_ESTIMATE = Estimate(_NAN, _NAN, _NAN)
+
+
+class AnalysisWarning(UserWarning):
+    """Something in the inputs was skipped or could not be used."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, AnalysisWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def read_jsonl(path: str | Path, kinds: Collection[str] | None = None) -> tuple[list[dict], int]:
+    """Parse a JSONL file, skipping lines that are not JSON objects (e.g. a crash-torn tail).
+
+    With ``kinds``, only rows whose ``kind`` is in it are kept. Returns ``(rows, skipped)``.
+    """
+    # errors="replace": a crash can also cut a multi-byte character in half.
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    keep = set(kinds) if kinds is not None else None
+    # Parsing dominates load time; lines that cannot hold a wanted kind are dropped by a
+    # substring test first (a false positive is parsed and filtered below, so still exact
+    # for what json.dumps writes).
+    needles = [json.dumps(k) for k in keep] if keep is not None else None
+    rows: list[dict] = []
+    skipped = 0
+    loads = json.loads
+    for line in text.splitlines():
+        if not line or line.isspace():
+            continue
+        if needles is not None and not any(n in line for n in needles):
+            continue
+        try:
+            row = loads(line)
+        except ValueError:
+            skipped += 1
+            continue
+        if not isinstance(row, dict):
+            skipped += 1
+            continue
+        if keep is None or row.get("kind") in keep:
+            rows.append(row)
+    return rows, skipped
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Run:
+    """One run directory: its config, its summary (None if unfinished) and metric rows."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any] | None
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    skipped_lines: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def column(self, kind: str, key: str) -> np.ndarray:
+        """Values of ``key`` over the rows of ``kind`` as floats, NaN where absent or null."""
+        return np.array(
+            [_to_float(r.get(key)) for r in self.rows.get(kind, ())], dtype=float
+        ).reshape(-1)
+
+
+def load_run(path: str | Path, kinds: Collection[str] | None = None) -> Run:
+    """Load a run directory. ``kinds`` limits which metric rows are kept (all by default).
+
+    Raises FileNotFoundError without a readable ``config.json``. An unreadable
+    ``summary.json`` (e.g. torn by a crash) counts as absent.
+    """
+    p = Path(path)
+    config = _read_json(p / "config.json")
+    if not isinstance(config, dict):
+        raise FileNotFoundError(f"{p}: no readable config.json")
+    summary = _read_json(p / "summary.json")
+    metrics = p / "metrics.jsonl"
+    rows: dict[str, list[dict[str, Any]]] = {}
+    skipped = 0
+    if metrics.is_file():
+        flat, skipped = read_jsonl(metrics, kinds)
+        for row in flat:
+            rows.setdefault(str(row.get("kind")), []).append(row)
+    return Run(p, config, summary if isinstance(summary, dict) else None, rows, skipped)
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Every directory at or under ``root`` holding a ``config.json``, sorted."""
+    r = Path(root)
+    return sorted({c.parent for c in r.rglob("config.json")})
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Curve:
+    """IQM learning curve of one group on a grid, with pointwise bootstrap band."""
+
+    x: np.ndarray
+    iqm: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_runs: int
+    source: str  # the eval-row column used for x ("env_steps", "virtual_s", "wall_s", ...)
+
+
+@dataclass
+class GroupStats:
+    """Aggregates over the seeds of one group of runs."""
+
+    label: str
+    key: dict[str, Any]
+    run_paths: list[Path]
+    scores: list[float]  # the metric per run, NaN where missing
+    iqm: Estimate
+    mean: Estimate
+    median: Estimate
+    solved: list[bool]
+    steps_to_solve: list[int]  # only runs that solved
+    steps_to_solve_iqm: Estimate
+    steps_to_solve_median: Estimate
+    env_steps_per_s: float  # mean over runs
+    staleness_mean: float  # mean over runs
+    staleness_max: int | None
+    staleness_histogram: list[float]  # fraction of updates at staleness 0, 1, ... (seed-averaged)
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.run_paths)
+
+    @property
+    def n_solved(self) -> int:
+        return sum(self.solved)
+
+    @property
+    def valid_scores(self) -> np.ndarray:
+        s = np.asarray(self.scores, dtype=float)
+        return s[np.isfinite(s)]
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare` computed and wrote."""
+
+    metric: str
+    group_by: tuple[str, ...]
+    confidence: float
+    groups: dict[str, GroupStats]
+    improvement: dict[tuple[str, str], Estimate]  # (a, b) -> P(a > b) on the metric
+    curves: dict[str, dict[str, Curve]]  # x axis -> group label -> curve
+    skipped: list[Path]
+    table_md: str = ""
+    table_tex: str = ""
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    def to_markdown(self) -> str:
+        """The per-group table, then the probability-of-improvement matrix if >= 2 groups."""
+        return _markdown(self)
+
+    def to_latex(self) -> str:
+        """The per-group table as a booktabs ``tabular``."""
+        return _latex(self)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _to_float(v: Any) -> float:
+    if v is None or isinstance(v, (str, dict, list)):
+        return _NAN
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return _NAN
+
+
+def _rng(seed: int, *names: str) -> np.random.Generator:
+    # One stream per purpose, keyed by name: a group's CIs do not shift when other
+    # groups are added to the comparison.
+    return np.random.default_rng([seed, *(zlib.crc32(n.encode()) for n in names)])
+
+
+def _est(d: Mapping[str, Any], name: str) -> Estimate:
+    lo, hi = d[f"{name}_ci"]
+    return Estimate(float(d[name]), float(lo), float(hi))
+
+
+def _sort_key(v: Any) -> tuple[int, Any]:
+    # Numbers in numeric order (s=2 before s=10), then strings, then anything else.
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, v)
+    if isinstance(v, str):
+        return (1, v)
+    return (2, str(v))
+
+
+def _label(key: Mapping[str, Any], short: Mapping[str, str]) -> str:
+    parts = []
+    for name, v in key.items():
+        if isinstance(v, str):
+            parts.append(v)
+        else:
+            parts.append(f"{short.get(name, name)}={'none' if v is None else v}")
+    return "/".join(parts)
+
+
+def _histogram(runs: Sequence[Run]) -> list[float]:
+    """Seed-averaged distribution of update staleness (each run normalised first)."""
+    hists = []
+    for r in runs:
+        h = np.asarray((r.summary or {}).get("staleness_histogram") or [], dtype=float)
+        if h.size and h.sum() > 0:
+            hists.append(h / h.sum())
+    if not hists:
+        return []
+    width = max(h.size for h in hists)
+    padded = np.stack([np.pad(h, (0, width - h.size)) for h in hists])
+    return padded.mean(axis=0).tolist()
+
+
+def _nanmean(values: Iterable[Any]) -> float:
+    a = np.array([_to_float(v) for v in values], dtype=float)
+    a = a[np.isfinite(a)]
+    return float(a.mean()) if a.size else _NAN
+
+
+def _group_stats(
+    label: str,
+    key: dict[str, Any],
+    runs: Sequence[Run],
+    metric: str,
+    reps: int,
+    confidence: float,
+    seed: int,
+) -> GroupStats:
+    summaries = [r.summary or {} for r in runs]
+    scores = []
+    for r, s in zip(runs, summaries, strict=True):
+        v = _to_float(s.get(metric))
+        if not math.isfinite(v):
+            _warn(f"{r.path}: {metric!r} missing or not finite in summary.json; left out")
+        scores.append(v)
+    valid = np.asarray(scores, dtype=float)
+    valid = valid[np.isfinite(valid)]
+    iqm_e = mean_e = median_e = _NO_ESTIMATE
+    if valid.size:
+        agg = aggregate(valid, reps, confidence, _rng(seed, "metric", label))
+        iqm_e, mean_e, median_e = _est(agg, "iqm"), _est(agg, "mean"), _est(agg, "median")
+    else:
+        _warn(f"group {label!r}: no run has a finite {metric!r}")
+
+    solved, steps = [], []
+    for s in summaries:
+        n = s.get("env_steps_to_solve")
+        ok = bool(s.get("solved", n is not None)) and n is not None
+        solved.append(ok)
+        if ok:
+            steps.append(int(n))
+    steps_iqm = steps_median = _NO_ESTIMATE
+    if steps:
+        # Conditional on solving: unsolved runs have no value, and k/n is reported beside.
+        agg = aggregate(np.asarray(steps, float), reps, confidence, _rng(seed, "solve", label))
+        steps_iqm, steps_median = _est(agg, "iqm"), _est(agg, "median")
+
+    maxes = [s.get("staleness_max") for s in summaries if s.get("staleness_max") is not None]
+    return GroupStats(
+        label=label,
+        key=key,
+        run_paths=[r.path for r in runs],
+        scores=scores,
+        iqm=iqm_e,
+        mean=mean_e,
+        median=median_e,
+        solved=solved,
+        steps_to_solve=steps,
+        steps_to_solve_iqm=steps_iqm,
+        steps_to_solve_median=steps_median,
+        env_steps_per_s=_nanmean(s.get("env_steps_per_s") for s in summaries),
+        staleness_mean=_nanmean(s.get("staleness_mean") for s in summaries),
+        staleness_max=int(max(maxes)) if maxes else None,
+        staleness_histogram=_histogram(runs),
+    )
+
+
+def _eval_xy(run: Run, axis: str) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """Sorted (x, eval return) of a run along ``axis``, or None without usable eval rows."""
+    y = run.column("eval", "eval/return_mean")
+    if axis == "time":
+        # Virtual time is the simulated clock of the serial runtime; prefer it when every
+        # eval row has it, since wall time there measures the simulator, not the system.
+        v = run.column("eval", "virtual_s")
+        source = "virtual_s" if v.size and np.isfinite(v).all() else "wall_s"
+    else:
+        source = axis
+    x = run.column("eval", source)
+    ok = np.isfinite(x) & np.isfinite(y)
+    if not ok.any():
+        return None
+    order = np.argsort(x[ok], kind="stable")
+    return x[ok][order], y[ok][order], source
+
+
+def _stopped_solved(run: Run) -> bool:
+    summary = run.summary or {}
+    return bool(summary.get("solved")) and bool(run.config.get("stop_when_solved", True))
+
+
+def _curves(
+    groups: Mapping[str, Sequence[Run]],
+    axis: str,
+    points: int,
+    reps: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, Curve]:
+    per_group: dict[str, list[tuple[np.ndarray, np.ndarray, str]]] = {}
+    missing = []
+    for label, runs in groups.items():
+        for r in runs:
+            xy = _eval_xy(r, axis)
+            if xy is None:
+                missing.append(str(r.path))
+            else:
+                per_group.setdefault(label, []).append(xy)
+    if missing:
+        _warn(f"no usable eval rows for the {axis!r} curves in: {', '.join(missing)}")
+    if not per_group:
+        return {}
+    lo_all = min(xy[0][0] for xys in per_group.values() for xy in xys)
+    hi_all = max(xy[0][-1] for xys in per_group.values() for xy in xys)
+    grid = np.linspace(lo_all, hi_all, points)
+    for label, runs in groups.items():
+        if label not in per_group:
+            continue
+        # A run that stopped because it was solved keeps its final policy: carry its last
+        # evaluation forward, or early solvers would cut their group's curve short.
+        solved = [_stopped_solved(r) for r in runs if _eval_xy(r, axis) is not None]
+        per_group[label] = [
+            (np.append(x, hi_all), np.append(y, y[-1]), src)
+            if stop and x[-1] < hi_all
+            else (x, y, src)
+            for (x, y, src), stop in zip(per_group[label], solved, strict=True)
+        ]
+    out = {}
+    for label, xys in per_group.items():
+        # Only where every run of the group has data: extrapolating a run past its last
+        # eval would invent performance for it (e.g. on the time axis of a faster run).
+        lo = max(x[0] for x, _, _ in xys)
+        hi = min(x[-1] for x, _, _ in xys)
+        # The shared grid inside that range, plus its ends so the curve reaches the final eval.
+        gx = np.union1d(grid[(grid >= lo) & (grid <= hi)], [lo, hi])
+        mat = np.stack([np.interp(gx, x, y) for x, y, _ in xys])
+        value, low, high = curve_ci(mat, _iqm, reps, confidence, _rng(seed, "curve", axis, label))
+        sources = sorted({s for _, _, s in xys})
+        out[label] = Curve(gx, value, low, high, len(xys), "+".join(sources))
+    return out
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _num(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return ""
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def _count(x: float) -> str:
+    """Steps and rates: whole numbers with thousands separators."""
+    return f"{x:,.0f}" if x is not None and math.isfinite(x) else ""
+
+
+def _with_ci(e: Estimate, fmt: Callable[[float], str] = _num) -> str:
+    if not math.isfinite(e.value):
+        return ""
+    return f"{fmt(e.value)} [{fmt(e.low)}, {fmt(e.high)}]"
+
+
+def _prob(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    pct = f"{c.confidence:.0%}"
+    header = [
+        "group",
+        "runs",
+        f"IQM [{pct} CI]",
+        f"mean [{pct} CI]",
+        "solved",
+        "median steps to solve",
+        "env steps/s",
+    ]
+    body = [
+        [
+            g.label,
+            str(g.n_runs),
+            _with_ci(g.iqm),
+            _with_ci(g.mean),
+            f"{g.n_solved}/{g.n_runs}",
+            _count(g.steps_to_solve_median.value),
+            _count(g.env_steps_per_s),
+        ]
+        for g in c.groups.values()
+    ]
+    return header, body
+
+
+def _md_row(cells: Sequence[str], empty: str = "–") -> str:
+    return "| " + " | ".join((s or empty).replace("|", "\\|") for s in cells) + " |"
+
+
+def _markdown(c: Comparison) -> str:
+    header, body = _rows(c)
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    lines = [_md_row(header), "| " + " | ".join(align) + " |", *map(_md_row, body)]
+    labels = list(c.groups)
+    if len(labels) >= 2 and c.improvement:
+        lines += [
+            "",
+            f"P(row > column) on `{c.metric}` [{c.confidence:.0%} CI]:",
+            "",
+            _md_row(["", *labels], empty=" "),
+            "| " + " | ".join(["---"] + [":---:"] * len(labels)) + " |",
+        ]
+        for a in labels:
+            cells = [a]
+            for b in labels:
+                e = c.improvement.get((a, b))
+                cells.append(_with_ci(e, _prob) if e is not None and a != b else "")
+            lines.append(_md_row(cells))
+    return "\n".join(lines) + "\n"
+
+
+_TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def _tex(s: str) -> str:
+    # One pass per character, so the backslashes this inserts are never escaped again.
+    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in s)
+
+
+def _latex(c: Comparison) -> str:
+    header, body = _rows(c)
+
+    def row(cells: Sequence[str]) -> str:
+        out = [_tex(s) if s else "--" for s in cells]
+        # "\\" followed by "[" would read the cell as an optional argument of "\\".
+        if out[0].startswith("["):
+            out[0] = "{" + out[0] + "}"
+        return " & ".join(out) + r" \\"
+
+    spec = "l" + "r" * (len(header) - 1)
+    return "\n".join(
+        [
+            f"% hybrid.analysis.compare, metric {c.metric}; needs \\usepackage{{booktabs}}",
+            rf"\begin{{tabular}}{{{spec}}}",
+            r"\toprule",
+            row(header),
+            r"\midrule",
+            *map(row, body),
+            r"\bottomrule",
+            r"\end{tabular}",
+            "",
+        ]
+    )
+
+
+def _jsonable(x: Any) -> Any:
+    """Convert to plain JSON; NaN and inf become null (strict JSON has no NaN)."""
+    if isinstance(x, Estimate):
+        return _jsonable({"value": x.value, "ci": [x.low, x.high]})
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    return x
+
+
+def _solve_steps(g: GroupStats) -> list[int | None]:
+    it = iter(g.steps_to_solve)
+    return [next(it) if ok else None for ok in g.solved]
+
+
+def _results(c: Comparison, reps: int, seed: int) -> dict[str, Any]:
+    groups = {}
+    for g in c.groups.values():
+        groups[g.label] = {
+            "key": g.key,
+            "runs": [
+                {"path": p, c.metric: s, "solved": ok, "env_steps_to_solve": n}
+                for p, s, ok, n in zip(
+                    g.run_paths, g.scores, g.solved, _solve_steps(g), strict=True
+                )
+            ],
+            "n_runs": g.n_runs,
+            "n_metric": int(g.valid_scores.size),
+            "iqm": g.iqm,
+            "mean": g.mean,
+            "median": g.median,
+            "n_solved": g.n_solved,
+            "steps_to_solve": g.steps_to_solve,
+            "steps_to_solve_iqm": g.steps_to_solve_iqm,
+            "steps_to_solve_median": g.steps_to_solve_median,
+            "env_steps_per_s": g.env_steps_per_s,
+            "staleness_mean": g.staleness_mean,
+            "staleness_max": g.staleness_max,
+            "staleness_histogram": g.staleness_histogram,
+        }
+    return _jsonable(
+        {
+            "metric": c.metric,
+            "group_by": list(c.group_by),
+            "confidence": c.confidence,
+            "bootstrap_reps": reps,
+            "seed": seed,
+            "groups": groups,
+            "probability_of_improvement": [
+                {"x": a, "y": b, "p": e} for (a, b), e in c.improvement.items()
+            ],
+            "curves": {
+                axis: {
+                    label: {
+                        "x_source": cv.source,
+                        "n_runs": cv.n_runs,
+                        "x": cv.x,
+                        "iqm": cv.iqm,
+                        "low": cv.low,
+                        "high": cv.high,
+                    }
+                    for label, cv in curves.items()
+                }
+                for axis, curves in c.curves.items()
+            },
+            "skipped": c.skipped,
+            "files": c.paths,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _figure(width: float = 6.0, height: float = 4.0) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _save(fig: Figure, out: Path, stem: str) -> dict[str, Path]:
+    png, pdf = out / f"{stem}.png", out / f"{stem}.pdf"
+    fig.savefig(png, dpi=150)
+    # No creation date: re-running on the same runs rewrites byte-identical PDFs.
+    fig.savefig(pdf, metadata={"CreationDate": None})
+    return {f"{stem}.png": png, f"{stem}.pdf": pdf}
+
+
+def _no_data(ax: Any, what: str) -> None:
+    ax.text(0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _colors(labels: Sequence[str]) -> dict[str, str]:
+    # Same colour for a group in every figure.
+    return {label: f"C{i % 10}" for i, label in enumerate(labels)}
+
+
+_AXIS_LABELS = {
+    "env_steps": "environment steps",
+    "updates": "updates",
+    "virtual_s": "virtual time (s)",
+    "wall_s": "wall-clock time (s)",
+}
+
+
+def _plot_curves(
+    curves: Mapping[str, Curve], axis: str, colors: Mapping[str, str], confidence: float
+) -> Figure:
+    fig = _figure()
+    ax = fig.add_subplot()
+    if not curves:
+        _no_data(ax, "no eval rows")
+        return fig
+    sources = {s for cv in curves.values() for s in cv.source.split("+")}
+    for label, cv in curves.items():
+        # Name each group's clock when the groups do not share one.
+        note = f", {cv.source}" if len(sources) > 1 else ""
+        ax.plot(cv.x, cv.iqm, color=colors[label], label=f"{label} (n={cv.n_runs}{note})")
+        ax.fill_between(cv.x, cv.low, cv.high, color=colors[label], alpha=0.2, linewidth=0)
+    if len(sources) == 1:
+        xlabel = _AXIS_LABELS.get(next(iter(sources)), next(iter(sources)))
+    else:
+        xlabel = "time (s; virtual where recorded, else wall-clock)"
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"eval return (IQM, {confidence:.0%} CI)")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _plot_staleness(groups: Mapping[str, GroupStats], colors: Mapping[str, str]) -> Figure:
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _figure()
+    ax = fig.add_subplot()
+    with_hist = [g for g in groups.values() if g.staleness_histogram]
+    if not with_hist:
+        _no_data(ax, "no staleness histograms")
+        return fig
+    width = 0.8 / len(with_hist)
+    for i, g in enumerate(with_hist):
+        h = np.asarray(g.staleness_histogram)
+        x = np.arange(h.size) - 0.4 + width * (i + 0.5)
+        ax.bar(x, h, width=width, color=colors[g.label], label=g.label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("staleness of applied update (policy versions behind)")
+    ax.set_ylabel("fraction of updates")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+def _plot_steps_to_solve(
+    groups: Mapping[str, GroupStats], colors: Mapping[str, str], seed: int
+) -> Figure:
+    gs = list(groups.values())
+    fig = _figure(6.0, max(2.5, 0.6 * len(gs) + 1.2))
+    ax = fig.add_subplot()
+    if not any(g.steps_to_solve for g in gs):
+        _no_data(ax, "no run solved the task")
+        return fig
+    jitter = np.random.default_rng(seed)
+    for i, g in enumerate(gs):
+        s = np.asarray(g.steps_to_solve, dtype=float)
+        if s.size:
+            ax.scatter(s, i + jitter.uniform(-0.15, 0.15, s.size), color=colors[g.label], s=14)
+            e = g.steps_to_solve_iqm
+            ax.errorbar(
+                [e.value],
+                [i + 0.3],
+                xerr=[[e.value - e.low], [e.high - e.value]],
+                fmt="D",
+                color="black",
+                markersize=4,
+                capsize=3,
+            )
+    ax.set_yticks(range(len(gs)), [f"{g.label} ({g.n_solved}/{g.n_runs})" for g in gs])
+    ax.invert_yaxis()
+    ax.set_xlabel("environment steps to solve (dots: runs; diamond: IQM with CI)")
+    ax.grid(alpha=0.3, axis="x")
+    return fig
+
+
+def _plot_profile(
+    groups: Mapping[str, GroupStats],
+    metric: str,
+    colors: Mapping[str, str],
+    reps: int,
+    confidence: float,
+    seed: int,
+) -> tuple[Figure, dict[str, dict[str, np.ndarray]]]:
+    fig = _figure()
+    ax = fig.add_subplot()
+    scored = {k: g.valid_scores for k, g in groups.items() if g.valid_scores.size}
+    profiles: dict[str, dict[str, np.ndarray]] = {}
+    if not scored:
+        _no_data(ax, f"no finite {metric}")
+        return fig, profiles
+    every = np.concatenate(list(scored.values()))
+    # A little margin so each profile visibly starts at 1 and ends at 0.
+    pad = 0.03 * (every.max() - every.min()) or 1.0
+    taus = np.linspace(every.min() - pad, every.max() + pad, 201)
+    for label, s in scored.items():
+        frac, low, high = performance_profile(
+            s, taus, ci=True, reps=reps, confidence=confidence, rng=_rng(seed, "profile", label)
+        )
+        profiles[label] = {"tau": taus, "fraction": frac, "low": low, "high": high}
+        ax.step(taus, frac, where="post", color=colors[label], label=label)
+        ax.fill_between(taus, low, high, step="post", color=colors[label], alpha=0.2, lw=0)
+    ax.set_xlabel(f"{metric} threshold τ")
+    ax.set_ylabel(f"fraction of runs with score > τ ({confidence:.0%} CI)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig, profiles
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def compare(
+    run_dirs: Sequence[str | Path] | str | Path,
+    out: str | Path,
+    group_by: Sequence[str] = ("scheduler",),
+    metric: str = "final_eval_return",
+    x_axes: Sequence[str] = ("env_steps", "time"),
+    *,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    grid_points: int = 100,
+    short_names: Mapping[str, str] | None = None,
+) -> Comparison:
+    """Aggregate finished runs per group of ``group_by`` config values and write a report.
+
+    ``run_dirs`` lists run directories; a single path is searched for them (:func:`find_runs`).
+    ``metric`` is read from each ``summary.json``. ``x_axes`` entries are eval-row columns
+    (``env_steps``, ``updates``, ...) or ``time`` (virtual_s when a run records it, else
+    wall_s). Runs without ``summary.json`` are skipped with an :class:`AnalysisWarning`.
+    Bootstraps are seeded from ``seed``, so the same inputs give the same numbers.
+    """
+    if isinstance(run_dirs, (str, Path)):
+        run_dirs = find_runs(run_dirs)
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    group_by = tuple(group_by)
+    short = {**SHORT_NAMES, **(short_names or {})}
+
+    runs: list[Run] = []
+    skipped: list[Path] = []
+    seen: set[Path] = set()
+    for d in run_dirs:
+        p = Path(d)
+        if p.resolve() in seen:
+            continue
+        seen.add(p.resolve())
+        try:
+            run = load_run(p, kinds=("eval",))
+        except FileNotFoundError:
+            _warn(f"skipping {p}: no readable config.json")
+            skipped.append(p)
+            continue
+        if not run.complete:
+            _warn(f"skipping incomplete run {p}: no summary.json (still running or crashed?)")
+            skipped.append(p)
+            continue
+        runs.append(run)
+    if not runs:
+        raise ValueError("compare: no complete runs among the given run directories")
+
+    # Bucket by the JSON text of the values: config values may be lists (unhashable).
+    buckets: dict[str, tuple[list[Any], list[Run]]] = {}
+    for r in runs:
+        values = [r.config.get(f) for f in group_by]
+        bucket = buckets.setdefault(json.dumps(values, sort_keys=True, default=str), (values, []))
+        bucket[1].append(r)
+    ordered = sorted(buckets.values(), key=lambda b: tuple(_sort_key(v) for v in b[0]))
+    grouped: dict[str, list[Run]] = {}
+    keys: dict[str, dict[str, Any]] = {}
+    for values, members in ordered:
+        key = dict(zip(group_by, values, strict=True))
+        label = _label(key, short)
+        grouped.setdefault(label, []).extend(members)  # distinct keys may print alike
+        keys.setdefault(label, key)
+
+    groups = {
+        label: _group_stats(label, keys[label], rs, metric, reps, confidence, seed)
+        for label, rs in grouped.items()
+    }
+    improvement: dict[tuple[str, str], Estimate] = {}
+    labels = list(groups)
+    for i, a in enumerate(labels):
+        for b in labels[i + 1 :]:
+            sa, sb = groups[a].valid_scores, groups[b].valid_scores
+            if sa.size and sb.size:
+                e = _poi(sa, sb, reps, confidence, _rng(seed, "poi", a, b))
+                improvement[(a, b)] = e
+                # P(b > a) = 1 - P(a > b) exactly, ties counting half on both sides.
+                improvement[(b, a)] = Estimate(1.0 - e.value, 1.0 - e.high, 1.0 - e.low)
+
+    curves = {axis: _curves(grouped, axis, grid_points, reps, confidence, seed) for axis in x_axes}
+    comp = Comparison(metric, group_by, confidence, groups, improvement, curves, skipped)
+
+    colors = _colors(labels)
+    paths: dict[str, Path] = {}
+    for axis, cv in curves.items():
+        paths |= _save(_plot_curves(cv, axis, colors, confidence), out_dir, f"curves_{axis}")
+    paths |= _save(_plot_staleness(groups, colors), out_dir, "staleness")
+    paths |= _save(_plot_steps_to_solve(groups, colors, seed), out_dir, "steps_to_solve")
+    fig, profiles = _plot_profile(groups, metric, colors, reps, confidence, seed)
+    paths |= _save(fig, out_dir, "profile")
+
+    comp.table_md = comp.to_markdown()
+    comp.table_tex = comp.to_latex()
+    for name, text in (("table.md", comp.table_md), ("table.tex", comp.table_tex)):
+        (out_dir / name).write_text(text, encoding="utf-8")
+        paths[name] = out_dir / name
+    paths["results.json"] = out_dir / "results.json"
+    comp.paths = paths
+    results = _results(comp, reps, seed)
+    results["performance_profile"] = _jsonable(profiles)
+    paths["results.json"].write_text(
+        json.dumps(results, indent=2, allow_nan=False) + "\n", encoding="utf-8"
+    )
+    return comp

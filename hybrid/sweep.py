@@ -1,0 +1,900 @@
+"""``hybrid sweep``: run a wandb-format sweep file locally, offline, in parallel, resumably.
+
+    hybrid sweep sweeps/scheduler_ablation.yaml --jobs 2 --out runs/sweep
+
+The YAML is wandb's sweep format, so the same file runs online with ``wandb sweep`` +
+``wandb agent``. This runner mirrors wandb's meaning of ``method`` (grid / random),
+``parameters`` (``value``, ``values``, ``distribution`` with ``min``/``max``/``q``/``mu``/
+``sigma``...) and ``run_cap``, and needs no server: every run is one ``hybrid train``
+process with ``WANDB_MODE=offline``, written to ``OUT/<name>`` where the name is built
+from the parameter values that vary (``scheduler=async,seed=1``).
+
+A run directory holding ``summary.json`` is finished and skipped, so rerunning the same
+command after a crash or Ctrl-C resumes the sweep; a directory without one is a run that
+died half-way and is removed and rerun. Random search draws from a seeded stream
+(``--seed``), so a rerun draws the same configs and resumes too.
+
+Bad input (an unknown field, an empty grid, an unknown method...) ends in one line on
+stderr and exit code 2 before any run starts; every expanded config is checked the way
+``hybrid train`` checks it first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from hybrid.config import ConfigError, TrainConfig
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start. The message is one line; the CLI exits with code 2."""
+
+
+# The command each run executes; argv of ``hybrid train`` follows. The current interpreter,
+# not ``hybrid`` from PATH, so runs use the same environment as the runner (tests swap it).
+TRAIN_COMMAND: list[str] = [sys.executable, "-m", "hybrid.cli", "train"]
+
+METHODS = ("grid", "random")
+
+# Top-level keys of wandb's sweep schema (sweeps/config/schema.json). Only method,
+# parameters, run_cap and command mean something offline; the rest are for the server.
+TOP_LEVEL_KEYS = (
+    "apiVersion",
+    "command",
+    "controller",
+    "description",
+    "early_terminate",
+    "entity",
+    "image_uri",
+    "job",
+    "kind",
+    "method",
+    "metric",
+    "metrics",
+    "name",
+    "parameters",
+    "program",
+    "project",
+    "run_cap",
+    "scheduler",
+)
+
+# distribution: (required keys, optional keys); "distribution" itself is always allowed.
+DISTRIBUTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "constant": (("value",), ()),
+    "categorical": (("values",), ()),
+    "categorical_w_probabilities": (("values", "probabilities"), ()),
+    "int_uniform": (("min", "max"), ()),
+    "uniform": (("min", "max"), ()),
+    "q_uniform": (("min", "max"), ("q",)),
+    "log_uniform": (("min", "max"), ()),
+    "log_uniform_values": (("min", "max"), ()),
+    "q_log_uniform": (("min", "max"), ("q",)),
+    "q_log_uniform_values": (("min", "max"), ("q",)),
+    "inv_log_uniform": (("min", "max"), ()),
+    "inv_log_uniform_values": (("min", "max"), ()),
+    "normal": ((), ("mu", "sigma")),
+    "q_normal": ((), ("mu", "sigma", "q")),
+    "log_normal": ((), ("mu", "sigma")),
+    "q_log_normal": ((), ("mu", "sigma", "q")),
+    "beta": ((), ("a", "b")),
+    "q_beta": ((), ("a", "b", "q")),
+}
+# wandb's schema defaults. q defaults to the float 1.0, so an unquantized-looking
+# q_uniform yields floats (3.0) exactly as it does online; give q: 1 for integers.
+DEFAULTS = {"q": 1.0, "mu": 0.0, "sigma": 1.0, "a": 1.0, "b": 1.0}
+# What wandb's grid search accepts: it enumerates int_uniform and q_uniform, nothing continuous.
+GRID_DISTRIBUTIONS = ("constant", "categorical", "int_uniform", "q_uniform")
+# Fields the runner sets for every run itself.
+RUNNER_FIELDS = ("out",)
+
+MAX_NAME = 120
+CONTINUOUS_DIGITS = 4
+
+_ARG_MACROS = (
+    "${args_no_hyphens}",
+    "${args_no_boolean_flags}",
+    "${args_no_equals}",
+    "${args_json}",
+    "${args_json_file}",
+    "${args_append_hydra}",
+    "${args_override_hydra}",
+)
+_ENVVAR = re.compile(r"\$\{envvar:([A-Za-z0-9_]*)\}")
+
+
+# --- parameters -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """One swept TrainConfig field: its distribution and that distribution's settings."""
+
+    name: str
+    distribution: str
+    spec: dict[str, Any]
+
+    def grid_values(self) -> list[Any]:
+        """The values a grid search enumerates, in order, duplicates dropped (as wandb does)."""
+        d, s = self.distribution, self.spec
+        if d == "constant":
+            return [s["value"]]
+        if d == "categorical":
+            return _unique(s["values"])
+        if d == "int_uniform":
+            return list(range(s["min"], s["max"] + 1))
+        if d == "q_uniform":
+            # wandb's grid uses np.arange(min, max, q): max itself is excluded.
+            values = np.arange(s["min"], s["max"], s["q"]).tolist()
+            return [v if isinstance(v, int) else _clean(v) for v in values]
+        raise SweepError(
+            f"{self.name}: a grid cannot enumerate the {d} distribution; "
+            "use values, int_uniform or q_uniform, or method: random"
+        )
+
+    def fixed(self) -> bool:
+        """True when every draw gives the same value (it is then left out of run names)."""
+        d, s = self.distribution, self.spec
+        if d == "constant":
+            return True
+        if d in ("categorical", "categorical_w_probabilities"):
+            return len(_unique(s["values"])) == 1
+        return False
+
+    def draw(self, u: float) -> Any:
+        """The value at quantile ``u`` in [0, 1): inverse-CDF sampling, as wandb's sweeps do.
+
+        Continuous draws are rounded to 4 significant digits, so a run's directory name
+        states its exact value (1e-4 vs 1.0000000000000002e-4 never matters to a search).
+        """
+        d, s = self.distribution, self.spec
+        if d == "constant":
+            return s["value"]
+        if d == "categorical":
+            values = s["values"]
+            return values[min(int(u * len(values)), len(values) - 1)]
+        if d == "categorical_w_probabilities":
+            total = float(sum(s["probabilities"]))
+            cumulative = itertools.accumulate(p / total for p in s["probabilities"])
+            index = next((i for i, c in enumerate(cumulative) if u < c), len(s["values"]) - 1)
+            return s["values"][index]
+        if d == "int_uniform":
+            return min(s["min"] + int(u * (s["max"] - s["min"] + 1)), s["max"])
+        if d in ("normal", "q_normal", "log_normal", "q_log_normal"):
+            x = _normal_ppf(u, s["mu"], s["sigma"])
+            x = math.exp(x) if "log" in d else x
+            return _quantize(x, s["q"]) if d.startswith("q_") else _continuous(x)
+        if d in ("beta", "q_beta"):
+            from scipy.stats import beta
+
+            x = float(beta.ppf(u, s["a"], s["b"]))
+            return _quantize(x, s["q"]) if d == "q_beta" else _continuous(x)
+        lo, hi = s["min"], s["max"]
+        if d in ("uniform", "q_uniform"):
+            x = lo + u * (hi - lo)
+        elif d in ("log_uniform", "q_log_uniform"):
+            x = math.exp(lo + u * (hi - lo))  # min and max are natural-log exponents
+        elif d in ("log_uniform_values", "q_log_uniform_values"):
+            x = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+        elif d == "inv_log_uniform":
+            x = math.exp(-(lo + (1 - u) * (hi - lo)))  # min and max bound log(1/x)
+        else:  # inv_log_uniform_values
+            x = math.exp(-(-math.log(hi) + (1 - u) * (math.log(hi) - math.log(lo))))
+        return _quantize(x, s["q"]) if d.startswith("q_") else _continuous(x)
+
+
+def _normal_ppf(u: float, mu: float, sigma: float) -> float:
+    if sigma == 0:
+        return float(mu)
+    return NormalDist(mu, sigma).inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
+
+
+def _continuous(x: float) -> float:
+    return float(f"{x:.{CONTINUOUS_DIGITS}g}")
+
+
+def _quantize(x: float, q: float) -> int | float:
+    # wandb: round(x / q) * q, an integer when q is an integer.
+    steps = round(x / q)
+    return steps * q if isinstance(q, int) else _clean(steps * q)
+
+
+def _clean(x: float) -> float:
+    # 0.30000000000000004 -> 0.3: arange/quantize artefacts would make ugly, unstable names.
+    return float(f"{x:.12g}")
+
+
+def _unique(values: Sequence[Any]) -> list[Any]:
+    # By type and repr, not ==: True == 1 and 1 == 1.0, but they are different flags.
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for v in values:
+        key = (type(v).__name__, repr(v))
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+# --- the sweep file -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A parsed, checked sweep file."""
+
+    path: Path
+    method: str
+    params: tuple[Param, ...]
+    """Sorted by name, as wandb orders them (so grids enumerate in the same order)."""
+    run_cap: int | None
+    train_args: tuple[str, ...]
+    """Literal ``hybrid train`` flags from ``command`` (those between ``train`` and ``${args}``)."""
+    notes: tuple[str, ...]
+    """Things worth telling the user that do not stop the sweep."""
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def load_sweep(path: str | os.PathLike[str]) -> Sweep:
+    """Read and check a sweep YAML; raise SweepError (one line) on anything that cannot run."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SweepError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SweepError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+    if not isinstance(doc, dict) or not doc:
+        raise SweepError(f"{path}: expected a mapping with method: and parameters:")
+
+    fields = _train_fields()
+    for key in doc:
+        if key in TOP_LEVEL_KEYS and not (key == "scheduler" and not isinstance(doc[key], dict)):
+            continue
+        if key in fields:
+            raise SweepError(
+                f"{path}: {key!r} is at the top level; TrainConfig fields go under "
+                f"parameters: (e.g. parameters: {{{key}: {{value: ...}}}})"
+            )
+        raise SweepError(f"{path}: unknown top-level key {key!r}{_suggest(key, TOP_LEVEL_KEYS)}")
+
+    method = _method(path, doc.get("method"))
+    params = _params(path, doc.get("parameters"), fields)
+    run_cap = doc.get("run_cap")
+    if run_cap is not None and (not _is_int(run_cap) or run_cap < 1):
+        raise SweepError(f"{path}: run_cap must be a positive integer, got {run_cap!r}")
+    train_args, notes = _command(path, doc)
+    if method == "grid":
+        for p in params:
+            if p.distribution not in GRID_DISTRIBUTIONS:
+                raise SweepError(
+                    f"{path}: {p.name}: grid search cannot enumerate the continuous "
+                    f"{p.distribution} distribution; give values (or int_uniform / q_uniform), "
+                    "or use method: random"
+                )
+            if not p.grid_values():
+                raise SweepError(f"{path}: {p.name}: this grid axis has no values")
+    if "early_terminate" in doc:
+        notes.append("early_terminate is applied by the wandb server only; offline it is ignored")
+    return Sweep(path, method, params, run_cap, train_args, tuple(notes))
+
+
+def _yaml_problem(exc: Exception) -> str:
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def _method(path: Path, method: Any) -> str:
+    if method in METHODS:
+        return method
+    if method == "bayes":
+        raise SweepError(
+            f"{path}: method: bayes needs the wandb server, which proposes each run from the "
+            "results so far; run it online with `wandb sweep` + `wandb agent`, or use grid or "
+            "random offline"
+        )
+    if method == "custom":
+        raise SweepError(
+            f"{path}: method: custom needs a wandb Launch sweep scheduler; "
+            "offline, use grid or random"
+        )
+    if method is None:
+        raise SweepError(f"{path}: missing method:; use grid or random")
+    raise SweepError(
+        f"{path}: unknown method {method!r}; use grid or random "
+        "(bayes runs online only, with wandb sweep + wandb agent)"
+    )
+
+
+def _params(path: Path, raw: Any, fields: set[str]) -> tuple[Param, ...]:
+    if not isinstance(raw, dict) or not raw:
+        raise SweepError(f"{path}: parameters: must map TrainConfig fields to value/values/...")
+    params = []
+    for name in sorted(raw, key=str):
+        where = f"{path}: {name}"
+        if name not in fields:
+            raise SweepError(
+                f"{where}: not a TrainConfig field{_suggest(str(name), fields)} "
+                "(hybrid train --help lists them)"
+            )
+        if name in RUNNER_FIELDS:
+            raise SweepError(f"{where}: set by hybrid sweep for each run (--out DIR/<run name>)")
+        params.append(_param(where, name, raw[name]))
+    return tuple(params)
+
+
+def _param(where: str, name: str, spec: Any) -> Param:
+    if not isinstance(spec, dict):
+        raise SweepError(
+            f"{where}: expected a mapping such as {{value: {spec!r}}} or {{values: [...]}}"
+        )
+    if "parameters" in spec:
+        raise SweepError(f"{where}: nested parameters do not fit TrainConfig, which is flat")
+    distribution = spec.get("distribution") or _infer(where, spec)
+    if distribution not in DISTRIBUTIONS:
+        raise SweepError(
+            f"{where}: unknown distribution {distribution!r}{_suggest(distribution, DISTRIBUTIONS)}"
+        )
+    required, optional = DISTRIBUTIONS[distribution]
+    allowed = {"distribution", *required, *optional}
+    for key in spec:
+        if key not in allowed:
+            raise SweepError(
+                f"{where}: {key!r} does not belong to a {distribution} parameter "
+                f"(it takes {', '.join(sorted(allowed - {'distribution'}))})"
+            )
+    for key in required:
+        if key not in spec:
+            raise SweepError(f"{where}: a {distribution} parameter needs {key}:")
+    full = {k: spec.get(k, DEFAULTS.get(k)) for k in (*required, *optional)}
+    for key in ("min", "max", "q", "mu", "sigma", "a", "b"):
+        if key in full:
+            _number(where, key, full[key])
+    if "values" in full:
+        if not isinstance(full["values"], list):
+            raise SweepError(f"{where}: values must be a list, got {full['values']!r}")
+        if not full["values"]:
+            raise SweepError(f"{where}: values: [] is empty; give at least one value")
+    if distribution == "categorical_w_probabilities":
+        probs = full["probabilities"]
+        if not isinstance(probs, list) or len(probs) != len(full["values"]):
+            raise SweepError(f"{where}: give one probability per value")
+        for p in probs:
+            _number(where, "probabilities", p)
+        if any(p < 0 for p in probs) or sum(probs) <= 0:
+            raise SweepError(f"{where}: probabilities must be >= 0 and not all 0")
+    if distribution == "int_uniform" and not (_is_int(full["min"]) and _is_int(full["max"])):
+        raise SweepError(f"{where}: int_uniform needs integer min and max")
+    if "min" in full and full["min"] > full["max"]:
+        raise SweepError(f"{where}: min {full['min']} is above max {full['max']}")
+    if distribution.endswith("_values") and full["min"] <= 0:
+        raise SweepError(f"{where}: {distribution} needs min > 0 (it samples log(min)..log(max))")
+    if "q" in full and full["q"] <= 0:
+        raise SweepError(f"{where}: q must be > 0")
+    if "sigma" in full and full["sigma"] < 0:
+        raise SweepError(f"{where}: sigma must be >= 0")
+    return Param(name, distribution, full)
+
+
+def _infer(where: str, spec: dict[str, Any]) -> str:
+    # wandb's rules when distribution: is left out.
+    if "value" in spec:
+        return "constant"
+    if "values" in spec:
+        return "categorical_w_probabilities" if "probabilities" in spec else "categorical"
+    if "min" in spec and "max" in spec:
+        both_int = _is_int(spec["min"]) and _is_int(spec["max"])
+        return "int_uniform" if both_int else "uniform"
+    raise SweepError(f"{where}: give value:, values: [...], or min: and max: (or a distribution:)")
+
+
+def _number(where: str, key: str, value: Any) -> None:
+    if _is_int(value) or (isinstance(value, float) and math.isfinite(value)):
+        return
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            raise SweepError(
+                f"{where}: {key}: {value!r} is text: YAML reads 1e-4 as a string; "
+                "write 1.0e-4 (wandb rejects it too)"
+            )
+    raise SweepError(f"{where}: {key} must be a finite number, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _command(path: Path, doc: dict[str, Any]) -> tuple[tuple[str, ...], list[str]]:
+    """The literal ``hybrid train`` flags in ``command``, and notes about running online.
+
+    Offline every run is ``python -m hybrid.cli train <flags> <parameters>`` with this
+    interpreter, whatever precedes ``train`` in ``command`` (``${env} hybrid``,
+    ``${interpreter} -m hybrid.cli``...); ``program`` is only read by wandb's default command.
+    """
+    command = doc.get("command")
+    if command is None:
+        program = doc.get("program", "<program>")
+        note = (
+            f"no command: in the file, so `wandb agent` would run `python {program} --name=value "
+            '...`; add command: ["${env}", hybrid, train, "${args}"] to run it online unchanged'
+        )
+        return (), [note]
+    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+        raise SweepError(f"{path}: command must be a list of strings")
+    if "train" not in command:
+        raise SweepError(
+            f'{path}: command must call hybrid train, e.g. ["${{env}}", hybrid, train, "${{args}}"]'
+        )
+    rest = command[command.index("train") + 1 :]
+    for token in rest:
+        if token in _ARG_MACROS:
+            raise SweepError(
+                f"{path}: command: {token} is not a form hybrid train reads; "
+                "use ${args} (--name=value)"
+            )
+    if rest.count("${args}") != 1:
+        raise SweepError(f"{path}: command must pass the parameters once, as ${{args}} after train")
+    extra = []
+    for token in rest:
+        if token == "${args}":
+            continue
+        if token.startswith("${") and not _ENVVAR.fullmatch(token):
+            raise SweepError(f"{path}: command: {token} after train is not a hybrid train flag")
+        extra.append(_ENVVAR.sub(lambda m: os.environ.get(m.group(1), m.group(1)), token))
+    return tuple(extra), []
+
+
+def _train_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def _suggest(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+# --- expansion and run names --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a sweep: its parameter values, directory and command line."""
+
+    name: str
+    values: dict[str, Any]
+    run_dir: Path
+    argv: tuple[str, ...]
+    config: TrainConfig
+
+
+def expand(sweep: Sweep, max_runs: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """The parameter values of each run, in the order they run.
+
+    grid: every combination, the last parameter (by name) varying fastest, as wandb's grid.
+    random: ``max_runs`` (else ``run_cap``) distinct draws; draw i of parameter p comes from
+    its own stream seeded by (seed, i, p), so adding a parameter or raising max_runs keeps
+    the earlier draws and a rerun finds its finished runs.
+    """
+    limit = max_runs if max_runs is not None else sweep.run_cap
+    if sweep.method == "grid":
+        axes = [p.grid_values() for p in sweep.params]
+        combos = itertools.product(*axes)
+        configs = [dict(zip([p.name for p in sweep.params], c, strict=True)) for c in combos]
+        return configs if limit is None else configs[:limit]
+    if limit is None:
+        raise SweepError(
+            f"{sweep.path}: random search needs a number of runs: --max-runs K or run_cap: K"
+        )
+    keys = _varying(sweep)
+    configs, seen = [], set()
+    # A finite space (all categorical) may hold fewer than `limit` configs: stop looking.
+    for index in range(100 * limit + 100):
+        values = {p.name: p.draw(_quantile(seed, index, p.name)) for p in sweep.params}
+        key = run_name(values, keys)
+        if key not in seen:
+            seen.add(key)
+            configs.append(values)
+            if len(configs) == limit:
+                break
+    return configs
+
+
+def _quantile(seed: int, index: int, name: str) -> float:
+    # random.Random's string seeding and random() are stable across Python versions.
+    return random.Random(f"hybrid-sweep/{seed}/{index}/{name}").random()
+
+
+def _varying(sweep: Sweep) -> list[str]:
+    if sweep.method == "grid":
+        return [p.name for p in sweep.params if len(p.grid_values()) > 1]
+    return [p.name for p in sweep.params if not p.fixed()]
+
+
+def run_name(values: dict[str, Any], keys: Sequence[str]) -> str:
+    """``scheduler=async,seed=1``: the varying values, sanitized; a hash keeps it unique.
+
+    Characters outside [A-Za-z0-9._=,+-] become _, and a name that had such characters
+    or runs past 120 characters gets an 8-hex-digit hash of the exact values, so two
+    configs never share a directory.
+    """
+    raw = ",".join(f"{k}={_text(values[k])}" for k in sorted(keys)) or "run"
+    safe = re.sub(r"[^A-Za-z0-9._=,+-]", "_", raw)
+    if safe == raw and len(safe) <= MAX_NAME:
+        return safe
+    digest = hashlib.sha1(raw.encode()).hexdigest()[:8]
+    return f"{safe[: MAX_NAME - 9]}-{digest}"
+
+
+def _text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def plan(
+    sweep: Sweep, out: str | os.PathLike[str], max_runs: int | None = None, seed: int = 0
+) -> list[PlannedRun]:
+    """Expand the sweep and check every run the way ``hybrid train`` does before it writes.
+
+    Each run's flags go through the same parser as the child's (so a value is read the
+    same way), then TrainConfig.validate(), then the env and head checks.
+    """
+    from hybrid.cli import parse_train_args
+    from hybrid.core.loop import check_head
+    from hybrid.envs import describe
+
+    keys = _varying(sweep)
+    runs, envs = [], {}
+    for values in expand(sweep, max_runs, seed):
+        name = run_name(values, keys)
+        run_dir = Path(out) / name
+        # wandb's ${args} is --name=str(value): the same strings online and offline.
+        flags = [f"--{k}={_text(v)}" for k, v in values.items()]
+        train_argv = [*sweep.train_args, *flags, f"--out={run_dir}", "--progress=False"]
+        try:
+            cfg = parse_train_args(train_argv)
+            cfg.validate()
+            if cfg.env not in envs:
+                envs[cfg.env] = describe(cfg.env)
+            check_head(cfg, envs[cfg.env])
+        except ConfigError as exc:
+            where = f"run {name}: " if keys else ""
+            raise SweepError(f"{sweep.path}: {where}{exc}") from None
+        runs.append(PlannedRun(name, values, run_dir, (*TRAIN_COMMAND, *train_argv), cfg))
+    return runs
+
+
+# --- state on disk ------------------------------------------------------------------------
+
+
+def is_complete(run_dir: Path) -> bool:
+    """A run is complete when its summary.json (written atomically, last) parses."""
+    try:
+        json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def check_finished(run: PlannedRun, sweep: Sweep) -> None:
+    """Refuse to count a finished run that was trained with other values than this sweep's.
+
+    Only the fields the sweep sets are compared, so a changed TrainConfig default does not
+    invalidate old runs; an edited YAML constant written into the same --out does.
+    """
+    try:
+        found = json.loads((run.run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return
+    expected = run.config.to_dict()
+    defaults = TrainConfig().to_dict()
+    from hybrid.cli import parse_train_args
+
+    extra = parse_train_args(list(sweep.train_args)).to_dict() if sweep.train_args else {}
+    keys = set(run.values) | {k for k, v in extra.items() if v != defaults[k]}
+    for key in sorted(keys - {"out", "progress"}):
+        if key in found and found[key] != expected[key]:
+            raise SweepError(
+                f"{run.run_dir}: finished with {key}={found[key]!r} but this sweep sets "
+                f"{key}={expected[key]!r}; use another --out, or delete that run to redo it"
+            )
+
+
+@contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """One runner per --out: a second one would delete the first's runs as incomplete."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".sweep.lock", "w") as handle:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks here; run one sweep per --out.
+            yield
+            return
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SweepError(f"{out}: another hybrid sweep is running into it") from None
+        yield
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    run: PlannedRun
+    status: str
+    """done, skipped or failed."""
+    seconds: float = 0.0
+    message: str = ""
+
+
+def execute(
+    runs: Sequence[PlannedRun],
+    jobs: int,
+    log_dir: Path,
+    on_finish: Callable[[Outcome], None] = lambda outcome: None,
+) -> list[Outcome]:
+    """Run each in its own process, ``jobs`` at a time; a failure does not stop the others.
+
+    stdout and stderr of a run go to ``log_dir/<name>.out`` / ``.err`` (its run directory
+    must be empty when hybrid train starts). Ctrl-C or SIGTERM stops the running children;
+    their directories stay incomplete and the next invocation reruns them.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, WANDB_MODE="offline")
+    for key in ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH"):
+        env.pop(key, None)  # a run started by this runner is never part of an online sweep
+    pending = list(runs)
+    running: dict[subprocess.Popen[bytes], tuple[PlannedRun, float]] = {}
+    outcomes = []
+    try:
+        with _sigterm_raises():
+            while pending or running:
+                while pending and len(running) < jobs:
+                    run = pending.pop(0)
+                    with (
+                        open(log_dir / f"{run.name}.out", "wb") as out,
+                        open(log_dir / f"{run.name}.err", "wb") as err,
+                    ):
+                        proc = subprocess.Popen(
+                            run.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
+                        )
+                    running[proc] = (run, time.monotonic())
+                finished = [p for p in running if p.poll() is not None]
+                if not finished:
+                    time.sleep(0.05)
+                for proc in finished:
+                    run, start = running.pop(proc)
+                    outcome = _outcome(run, proc.returncode, time.monotonic() - start, log_dir)
+                    outcomes.append(outcome)
+                    on_finish(outcome)
+    finally:
+        _stop(running)
+    return outcomes
+
+
+def _outcome(run: PlannedRun, code: int, seconds: float, log_dir: Path) -> Outcome:
+    if code == 0 and is_complete(run.run_dir):
+        return Outcome(run, "done", seconds)
+    lines = (log_dir / f"{run.name}.err").read_text(errors="replace").splitlines()
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    if not last:
+        if code < 0:
+            last = f"killed by {signal.Signals(-code).name}"
+        elif code == 0:
+            last = "exited 0 without writing summary.json"
+        else:
+            last = f"exit code {code}, nothing on stderr"
+    return Outcome(run, "failed", seconds, last[:300])
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM (a job scheduler, `kill`) into KeyboardInterrupt so children are stopped."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(running: dict[subprocess.Popen[bytes], Any]) -> None:
+    for proc in running:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + 10
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, like every other hybrid error
+        raise SweepError(f"{message} (see hybrid sweep --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="hybrid sweep",
+        description="Run a wandb-format sweep file locally and offline: grid or random "
+        "search, parallel runs, resumable (finished runs are skipped).",
+    )
+    p.add_argument("sweep", help="sweep YAML in wandb's format (see sweeps/README.md)")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="runs at once (default 1)")
+    p.add_argument("--out", help="directory of the run directories (default runs/<yaml name>)")
+    p.add_argument("--max-runs", type=int, help="run at most K runs (overrides run_cap)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random-search draws")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; run and write nothing")
+    return p
+
+
+def sweep_command(argv: Sequence[str]) -> int:
+    """``hybrid sweep SWEEP.yaml [--jobs N] [--out DIR] [--max-runs K] [--seed S] [--dry-run]``.
+
+    Exit 0 when every run finished, 1 when a run failed, 2 on bad input (nothing started),
+    130 when interrupted.
+    """
+    from hybrid.cli import fail
+
+    try:
+        args = _parser().parse_args(list(argv))
+    except SweepError as exc:
+        return fail("sweep", str(exc))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    try:
+        if args.jobs < 1:
+            raise SweepError(f"--jobs must be >= 1, got {args.jobs}")
+        if args.max_runs is not None and args.max_runs < 1:
+            raise SweepError(f"--max-runs must be >= 1, got {args.max_runs}")
+        if args.seed < 0:
+            raise SweepError(f"--seed must be >= 0, got {args.seed}")
+        sweep = load_sweep(args.sweep)
+        out = Path(args.out) if args.out else Path("runs") / sweep.name
+        runs = plan(sweep, out, args.max_runs, args.seed)
+        if out.exists() and not out.is_dir():
+            raise SweepError(f"--out {out} is a file")
+        done = {r.name for r in runs if is_complete(r.run_dir)}
+        stale = {r.name for r in runs if r.name not in done and r.run_dir.exists()}
+        for run in runs:
+            if run.name in done:
+                check_finished(run, sweep)
+            elif run.name in stale and not run.run_dir.is_dir():
+                raise SweepError(f"{run.run_dir} is a file, not a run directory")
+    except SweepError as exc:
+        return fail("sweep", str(exc))
+
+    for note in sweep.notes:
+        print(f"hybrid sweep: note: {note}", file=sys.stderr)
+    todo = [r for r in runs if r.name not in done]
+    draws = f", draws seeded by --seed {args.seed}" if sweep.method == "random" else ""
+    print(
+        f"hybrid sweep: {sweep.path.name}: {sweep.method}, {len(runs)} runs -> {out}{draws}: "
+        f"{len(done)} complete, {len(todo)} to run, {args.jobs} at a time"
+    )
+    if args.dry_run:
+        for run in runs:
+            state = "complete" if run.name in done else "incomplete" if run.name in stale else "new"
+            print(
+                f"  {state:<10} {run.name}: hybrid train {' '.join(run.argv[len(TRAIN_COMMAND) :])}"
+            )
+        return 0
+
+    failed: list[Outcome] = []
+    finished = 0
+
+    def report(outcome: Outcome) -> None:
+        nonlocal finished
+        finished += 1
+        head = f"[{finished}/{len(todo)}] {outcome.run.name}"
+        if outcome.status == "done":
+            print(f"{head}: done in {outcome.seconds:.1f} s, {_result(outcome.run.run_dir)}")
+        else:
+            failed.append(outcome)
+            print(f"{head}: FAILED after {outcome.seconds:.1f} s: {outcome.message}")
+        sys.stdout.flush()
+
+    try:
+        with _locked(out):
+            for run in todo:  # hybrid train refuses a non-empty --out
+                if run.name in stale:
+                    shutil.rmtree(run.run_dir)
+            execute(todo, args.jobs, out / ".logs", report)
+    except SweepError as exc:
+        return fail("sweep", str(exc))
+    except KeyboardInterrupt:
+        print(
+            f"hybrid sweep: interrupted after {finished} of {len(todo)} runs; "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+
+    print(f"\n{'done':<8} {finished - len(failed):>4}")
+    print(f"{'skipped':<8} {len(done):>4}  (already complete)")
+    print(f"{'failed':<8} {len(failed):>4}")
+    for outcome in failed:
+        log = out / ".logs" / f"{outcome.run.name}.err"
+        print(f"  {outcome.run.name}: {outcome.message}  (log: {log})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _result(run_dir: Path) -> str:
+    try:
+        s = json.loads((run_dir / "summary.json").read_text())
+        text = f"final eval return {float(s['final_eval_return']):.1f}"
+        if s.get("solved"):
+            text += f", solved at {int(s['env_steps_to_solve']):,} env steps"
+        return text
+    except (OSError, ValueError, KeyError, TypeError):
+        return "summary.json written"
+
+
+__all__ = [
+    "Outcome",
+    "Param",
+    "PlannedRun",
+    "Sweep",
+    "SweepError",
+    "execute",
+    "expand",
+    "is_complete",
+    "load_sweep",
+    "plan",
+    "run_name",
+    "sweep_command",
+]
+
+
+if __name__ == "__main__":
+    sys.exit(sweep_command(sys.argv[1:]))
