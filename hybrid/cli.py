@@ -24,6 +24,7 @@ USAGE = """usage: hybrid COMMAND [flags]
 commands:
   train     train one run (hybrid train --help lists every flag)
   compare   aggregate run directories into figures and tables
+  timeline  per-worker Gantt chart and Chrome trace of one run
   demo      a small scheduler comparison on CartPole-v1
 """
 
@@ -130,6 +131,25 @@ def compare_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def timeline_command(argv: Sequence[str]) -> int:
+    parser = _Parser(
+        prog="hybrid timeline",
+        description="Draw a run's per-worker Gantt chart (compute, upload, wait) and export "
+        "its spans as Chrome trace events (open trace.json in Perfetto or chrome://tracing).",
+    )
+    parser.add_argument("run", help="a run directory")
+    parser.add_argument("--out", default=None, help="output folder (default: the run directory)")
+    parser.add_argument("--window", type=float, default=None, help="only the first SECONDS")
+    args = parser.parse_args(argv)
+    if not (Path(args.run) / "spans.jsonl").exists():
+        return fail("timeline", f"run: {args.run!r} holds no spans.jsonl (not a run directory?)")
+    from hybrid.timeline import timeline
+
+    paths = timeline(args.run, args.out, args.window)
+    print(f"wrote {paths['png']} and {paths['trace']}")
+    return 0
+
+
 def demo_command(argv: Sequence[str]) -> int:
     """Train every scheduler on a few seeds, then compare: the README's `make demo`."""
     parser = _Parser(prog="hybrid demo", description=demo_command.__doc__)
@@ -190,7 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return compare_command(rest)
     if command == "demo":
         return demo_command(rest)
-    return fail(command, f"unknown command {command!r}; choose one of train, compare, demo")
+    if command == "timeline":
+        return timeline_command(rest)
+    return fail(
+        command, f"unknown command {command!r}; choose one of train, compare, timeline, demo"
+    )
 
 
 if __name__ == "__main__":

@@ -100,6 +100,14 @@ class TrainConfig:
     bandwidth_mbps: float = 100.0
     """Uplink bandwidth per worker in Mbit/s; upload time = bytes / bandwidth."""
 
+    # --- communication ----------------------------------------------------------------------------
+    codec: str = "none"
+    """Update compression: none, fp16, bf16, int8 (stochastic, unbiased), topk."""
+    topk_ratio: float = 0.01
+    """Fraction of entries topk keeps."""
+    error_feedback: bool = True
+    """topk carries what it dropped into the worker's next update (nothing is lost)."""
+
     # --- parallel runtimes ----------------------------------------------------------------------
     lock_free: bool = True
     """processes runtime: workers read the shared parameters without a lock while they are
@@ -148,6 +156,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Check every field; raise ConfigError with a one-line message on the first bad one."""
         from hybrid.algorithms import ALGORITHMS
+        from hybrid.codecs import CODEC_NAMES
         from hybrid.runtimes import RUNTIMES
         from hybrid.schedulers import SCHEDULERS
 
@@ -158,6 +167,9 @@ class TrainConfig:
         _choice("optimizer", self.optimizer, ("adam", "rmsprop", "sgd"))
         _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
         _choice("cluster", self.cluster, ("homogeneous", "heterogeneous", "stragglers"))
+        _choice("codec", self.codec, CODEC_NAMES)
+        _in_range("topk_ratio", self.topk_ratio, 0.0, 1.0)
+        _positive("topk_ratio", self.topk_ratio)
         for name in (
             "workers",
             "envs_per_worker",

@@ -57,7 +57,7 @@ class ActorCritic(nn.Module):
             return out.argmax(-1)
         # Inverse-CDF sampling: several times cheaper than torch.multinomial on tiny batches.
         cdf = torch.softmax(out, -1).cumsum(-1)
-        u = torch.rand(out.shape[:-1] + (1,), generator=generator)
+        u = torch.rand((*out.shape[:-1], 1), generator=generator)
         return (cdf < u).sum(-1).clamp_(max=out.shape[-1] - 1)
 
     def log_prob_entropy(

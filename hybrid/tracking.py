@@ -5,6 +5,8 @@ crash loses at most the line in progress. Every row carries ``kind``
 (``train`` or ``eval``), ``env_steps``, ``updates``, ``wall_s`` (training wall
 seconds) and ``virtual_s`` (the serial runtime's clock, else null). Metric
 names are grouped as ``charts/``, ``losses/``, ``sched/``, ``perf/``, ``eval/``.
+spans.jsonl holds one line per worker task (start, upload, end on the runtime's
+clock, base version, staleness, verdict) for ``hybrid timeline``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hybrid.config import TrainConfig
+from hybrid.core.update import Update
+from hybrid.schedulers.base import Verdict
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -143,6 +147,8 @@ class Tracker:
     def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
         self.run_dir = run_dir
         self._jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        # One line per worker task, for `hybrid timeline`; buffered, it is written often.
+        self._spans = open(run_dir / "spans.jsonl", "a")  # noqa: SIM115
         self.console = Console(cfg.total_env_steps, f"{cfg.scheduler}/{cfg.env}", cfg.progress)
         self.wandb = WandbSink(cfg, run_dir) if cfg.track else None
 
@@ -152,8 +158,28 @@ class Tracker:
         if self.wandb is not None:
             self.wandb.log(row)
 
+    def span(self, update: Update, staleness: int, verdict: Verdict) -> None:
+        """Record one task: when it computed and uploaded, from which version, how stale."""
+        self._spans.write(
+            json.dumps(
+                {
+                    "worker": update.worker_id,
+                    "start": update.started_s,
+                    "upload_start": update.finished_s - update.upload_s,
+                    "end": update.finished_s,
+                    "base_version": update.base_version,
+                    "staleness": staleness,
+                    "verdict": verdict.value,
+                    "env_steps": update.env_steps,
+                }
+            )
+            + "\n"
+        )
+
     def close(self, summary: dict[str, Any] | None = None) -> None:
         self.console.close()
+        if not self._spans.closed:
+            self._spans.close()
         if not self._jsonl.closed:
             self._jsonl.flush()
             os.fsync(self._jsonl.fileno())

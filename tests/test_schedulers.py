@@ -112,9 +112,11 @@ def test_scheduler_state_round_trip():
     assert restored.clocks == [0, 0, 1]
     sync = Sync(2)
     sync.ready([0, 1], 0)
+    sync.admit(make_update(1, 0, [1.0]), 0)
     other = Sync(2)
     other.load_state_dict(sync.state_dict())
-    assert other.ready([0, 1], 0) == []
+    assert other.pending == {0} and other.round_open
+    assert not other.full()
 
 
 def test_bad_arguments():
@@ -122,3 +124,38 @@ def test_bad_arguments():
         Async(0)
     with pytest.raises(ValueError, match="staleness_bound"):
         Bounded(2, bound=-1)
+
+
+def test_sync_redispatches_a_lost_task_and_never_deadlocks():
+    s = Sync(3)
+    assert s.ready([0, 1, 2], 0) == [0, 1, 2]
+    s.admit(make_update(0, 0, [1.0]), 0)
+    # Worker 1 died mid-task and was restarted: it is idle but owes the round an update.
+    assert s.ready([0, 1], 0) == [1]
+    s.admit(make_update(1, 0, [2.0]), 0)
+    s.admit(make_update(2, 0, [3.0]), 0)
+    assert s.full()
+    assert torch.allclose(s.combine().direction, torch.tensor([2.0]))
+
+
+def test_sync_round_closes_without_a_rejected_update():
+    s = Sync(2)
+    s.ready([0, 1], 0)
+    s.admit(make_update(0, 0, [4.0]), 0)
+    assert s.reject(make_update(1, 0, [float("nan")])) is Verdict.DROP
+    assert s.full()
+    assert torch.equal(s.combine().direction, torch.tensor([4.0]))
+    s.ready([0, 1], 1)
+    s.reject(make_update(0, 1, [1.0]))
+    s.reject(make_update(1, 1, [1.0]))
+    assert s.full()
+    assert s.combine() is None  # nothing survived: no step, the next round opens
+    assert s.ready([0, 1], 1) == [0, 1]
+
+
+def test_bounded_counts_a_rejected_task_on_the_clock():
+    s = Bounded(2, bound=0)
+    s.ready([0, 1], 0)
+    s.reject(make_update(0, 0, [1.0]))
+    assert s.clocks == [1, 0]
+    assert not s.full()

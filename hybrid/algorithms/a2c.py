@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-
 import numpy as np
+import torch
 
 from hybrid.algorithms.rollout import Rollout
 from hybrid.nets import ActorCritic

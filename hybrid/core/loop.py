@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, params_sha256
 from hybrid.core.update import Update
@@ -69,6 +71,9 @@ class RunStats:
     env_steps: int = 0
     received: int = 0
     dropped: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    bytes_up: int = 0
+    bytes_down: int = 0
     staleness: Counter[int] = field(default_factory=Counter)
     window_returns: list[float] = field(default_factory=list)
     window_lengths: list[int] = field(default_factory=list)
@@ -79,6 +84,7 @@ class RunStats:
     def record(self, update: Update, staleness: int, verdict: Verdict) -> None:
         self.env_steps += update.env_steps
         self.received += 1
+        self.bytes_up += update.nbytes
         self.window_returns += update.episode_returns
         self.window_lengths += update.episode_lengths
         for name, value in update.stats.items():
@@ -103,6 +109,10 @@ class RunStats:
         if self.window_grad_norms:
             row["perf/grad_norm"] = float(np.mean(self.window_grad_norms))
         row["sched/dropped"] = self.dropped
+        row["sched/rejected_corrupt"] = self.rejected["corrupt"]
+        row["sched/rejected_nonfinite"] = self.rejected["nonfinite"]
+        row["perf/bytes_up"] = self.bytes_up
+        row["perf/bytes_down"] = self.bytes_down
         self.window_returns, self.window_lengths = [], []
         self.window_losses, self.window_staleness, self.window_grad_norms = {}, [], []
         return row
@@ -117,6 +127,33 @@ class RunStats:
             "staleness_max": top,
             "staleness_histogram": [self.staleness.get(k, 0) for k in range(top + 1)],
         }
+
+
+class Receiver:
+    """Turns an arriving payload back into a vector; refuses what must never be applied."""
+
+    def __init__(self, cfg: TrainConfig, numel: int) -> None:
+        self.numel = numel
+        self.codec = make_codec(cfg.codec, topk_ratio=cfg.topk_ratio, seed=cfg.seed)
+
+    def receive(self, update: Update) -> str | None:
+        """Decode ``update.payload`` in place; returns why it was rejected, or None."""
+        if isinstance(update.payload, bytes | bytearray | memoryview):
+            try:
+                update.payload = self.codec.decode(bytes(update.payload), self.numel)
+            except PayloadError as exc:
+                warnings.warn(f"worker {update.worker_id}: payload rejected: {exc}", stacklevel=2)
+                return "corrupt"
+        if update.payload.shape != (self.numel,):
+            warnings.warn(
+                f"worker {update.worker_id}: payload of shape {tuple(update.payload.shape)} "
+                f"rejected; the model has {self.numel} parameters",
+                stacklevel=2,
+            )
+            return "corrupt"
+        if not torch.isfinite(update.payload).all():
+            return "nonfinite"
+        return None
 
 
 class WallClock:
@@ -141,6 +178,7 @@ def run_loop(
 ) -> dict[str, Any]:
     stats = RunStats()
     clock = WallClock()
+    receiver = Receiver(cfg, global_model.params.numel())
     next_log, next_eval = cfg.log_every, cfg.eval_every
     solved_at: int | None = None
     last_eval: tuple[int, float] | None = None
@@ -174,13 +212,20 @@ def run_loop(
             snapshot = global_model.snapshot()  # shared by all tasks started together
             for worker_id in starting:
                 runtime.dispatch(worker_id, snapshot)
+            stats.bytes_down += len(starting) * snapshot.params.numel() * 4
         update = runtime.next_update()
         staleness = global_model.version - update.base_version
-        verdict = scheduler.admit(update, staleness)
+        rejection = receiver.receive(update)
+        if rejection is None:
+            verdict = scheduler.admit(update, staleness)
+        else:
+            stats.rejected[rejection] += 1
+            verdict = scheduler.reject(update)
         stats.record(update, staleness, verdict)
-        if scheduler.full():
+        tracker.span(update, staleness, verdict)
+        if scheduler.full() and (step := scheduler.combine()) is not None:
             progress = stats.env_steps / cfg.total_env_steps
-            stats.window_grad_norms.append(global_model.apply(scheduler.combine(), progress))
+            stats.window_grad_norms.append(global_model.apply(step, progress))
 
         if stats.env_steps >= next_log:
             next_log += cfg.log_every
@@ -207,6 +252,15 @@ def run_loop(
         "updates": global_model.version,
         "tasks": stats.received,
         "dropped": stats.dropped,
+        "rejected_corrupt": stats.rejected["corrupt"],
+        "rejected_nonfinite": stats.rejected["nonfinite"],
+        "bytes_up": stats.bytes_up,
+        "bytes_down": stats.bytes_down,
+        "compression_ratio": (
+            stats.received * global_model.params.numel() * 4 / stats.bytes_up
+            if stats.bytes_up
+            else None
+        ),
         "env_steps_per_s": stats.env_steps / max(train_wall_s, 1e-9),
         **stats.staleness_summary(),
         "final_eval_return": last_eval[1],

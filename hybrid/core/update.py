@@ -20,13 +20,14 @@ class Update:
     """One worker task's result.
 
     ``payload`` is a flat float32 vector: a gradient (``kind="gradient"``), or a
-    pseudo-gradient θ_global − θ_local (``kind="delta"``). Staleness is measured
-    against ``base_version`` when the update is applied.
+    pseudo-gradient θ_global − θ_local (``kind="delta"``). Under a compressing
+    codec it travels as the encoded ``bytes`` and is decoded on arrival.
+    Staleness is measured against ``base_version`` when the update is applied.
     """
 
     worker_id: int
     base_version: int
-    payload: torch.Tensor
+    payload: torch.Tensor | bytes
     env_steps: int
     kind: str = "gradient"
     episode_returns: list[float] = field(default_factory=list)
@@ -37,6 +38,14 @@ class Update:
     """Seconds the task took: virtual on the serial runtime, real elsewhere."""
     task_index: int = 0
     """How many tasks this worker had finished before this one (its SSP clock)."""
+    started_s: float = 0.0
+    """When the task started, on the runtime's clock (virtual or seconds since the run began)."""
+    upload_s: float = 0.0
+    """Of ``cost_s``, the time spent sending the payload."""
+
+    @property
+    def finished_s(self) -> float:
+        return self.started_s + self.cost_s
 
     @property
     def weight(self) -> float:

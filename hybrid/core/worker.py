@@ -8,11 +8,14 @@ import torch
 
 from hybrid.algorithms import make_loss
 from hybrid.algorithms.rollout import EnvRunner
+from hybrid.codecs import make_codec
 from hybrid.config import TrainConfig
 from hybrid.core.update import Snapshot, Update
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import ActorCritic, FlatParams
-from hybrid.seeding import worker_seeds
+from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
+
+CODEC_STREAM = 7  # spawn-key slot of a worker's codec randomness
 
 
 def build_model(cfg: TrainConfig, info: EnvInfo) -> ActorCritic:
@@ -33,6 +36,18 @@ class Worker:
         self.loss_fn = make_loss(cfg)
         self.generator = torch.Generator().manual_seed(torch_seed)
         self.runner = EnvRunner(make_vector_env(cfg.env, cfg.envs_per_worker), env_seed, info)
+        # Each worker owns its codec: top-k's error-feedback residual is worker state.
+        codec_seed = int_seed(stream(cfg.seed, WORKER, worker_id, incarnation, CODEC_STREAM))
+        self.codec = (
+            None
+            if cfg.codec == "none"
+            else make_codec(
+                cfg.codec,
+                topk_ratio=cfg.topk_ratio,
+                error_feedback=cfg.error_feedback,
+                seed=codec_seed,
+            )
+        )
         self.tasks_done = 0
 
     def run_task(self, snapshot: Snapshot) -> Update:
@@ -42,21 +57,29 @@ class Worker:
         self.flat.zero_grad()
         loss, stats = self.loss_fn(self.model, rollout)
         loss.backward()
-        gradient = self.flat.grad()
+        payload, nbytes = self.encode(self.flat.grad())
         update = Update(
             worker_id=self.worker_id,
             base_version=snapshot.version,
-            payload=gradient,
+            payload=payload,
             env_steps=rollout.env_steps,
             episode_returns=rollout.episode_returns,
             episode_lengths=rollout.episode_lengths,
             stats=stats,
-            nbytes=gradient.numel() * gradient.element_size(),
+            nbytes=nbytes,
             cost_s=time.perf_counter() - started,
             task_index=self.tasks_done,
         )
         self.tasks_done += 1
         return update
+
+    def encode(self, vector: torch.Tensor) -> tuple[torch.Tensor | bytes, int]:
+        """The payload as it travels, and its size on the wire in bytes."""
+        if self.codec is None or not torch.isfinite(vector).all():
+            # A non-finite update travels raw so that the server can see and reject it.
+            return vector, vector.numel() * vector.element_size()
+        wire = self.codec.encode(vector)
+        return wire, len(wire)
 
     def close(self) -> None:
         self.runner.close()

@@ -33,14 +33,15 @@ class CostModel:
             np.random.default_rng(stream(cfg.seed, CLOCK, JITTER, w)) for w in range(cfg.workers)
         ]
 
-    def duration(self, worker_id: int, env_steps: int, nbytes: int) -> float:
+    def duration(self, worker_id: int, env_steps: int, nbytes: int) -> tuple[float, float]:
+        """(compute seconds, upload seconds) of one task."""
         cfg = self.cfg
         jitter = (
             self.jitter[worker_id].lognormal(0.0, cfg.jitter_sigma) if cfg.jitter_sigma else 1.0
         )
         compute = (env_steps * cfg.step_cost_s + cfg.task_overhead_s) * self.slowness[worker_id]
         upload = nbytes * 8 / (cfg.bandwidth_mbps * 1e6)
-        return float(compute * jitter + upload)
+        return float(compute * jitter), float(upload)
 
 
 def cluster_slowness(cfg: TrainConfig) -> np.ndarray:
@@ -72,7 +73,9 @@ class SerialRuntime:
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
         update = self.workers[worker_id].run_task(snapshot)
         started = time.perf_counter()
-        update.cost_s = self.cost.duration(worker_id, update.env_steps, update.nbytes)
+        compute_s, update.upload_s = self.cost.duration(worker_id, update.env_steps, update.nbytes)
+        update.started_s = self.clock
+        update.cost_s = compute_s + update.upload_s
         heapq.heappush(self._queue, (self.clock + update.cost_s, self._sequence, update))
         self._sequence += 1
         self.busy[worker_id] = True

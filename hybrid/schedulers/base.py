@@ -44,14 +44,25 @@ class Scheduler(ABC):
         self.buffer.append((update, staleness))
         return Verdict.BUFFER
 
+    def reject(self, update: Update) -> Verdict:
+        """An update that arrived but must not be applied (corrupt, non-finite).
+
+        The task still happened, so clocks and rounds move on as if it had been
+        dropped: a round that waited for it closes without it.
+        """
+        del update
+        return Verdict.DROP
+
     @abstractmethod
     def full(self) -> bool:
         """Whether the buffered updates are to be combined into a step now."""
 
-    def combine(self) -> Step:
-        """Sample-weighted mean of the buffered payloads; empties the buffer."""
+    def combine(self) -> Step | None:
+        """Sample-weighted mean of the buffered payloads (None if nothing survived)."""
         updates = [u for u, _ in self.buffer]
         self.buffer.clear()
+        if not updates:
+            return None
         return Step(weighted_mean([u.payload for u in updates], [u.weight for u in updates]))
 
     def state_dict(self) -> dict[str, Any]:

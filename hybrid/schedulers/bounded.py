@@ -35,13 +35,17 @@ class Bounded(Scheduler):
         self.clocks[update.worker_id] += 1
         return super().admit(update, staleness)
 
+    def reject(self, update: Update) -> Verdict:
+        self.clocks[update.worker_id] += 1  # the task finished, even if it cannot be applied
+        return Verdict.DROP
+
     def full(self) -> bool:
         return bool(self.buffer)
 
-    def combine(self) -> Step:
-        staleness = max(s for _, s in self.buffer)
+    def combine(self) -> Step | None:
+        staleness = max((s for _, s in self.buffer), default=0)
         step = super().combine()
-        if self.staleness_aware:
+        if step is not None and self.staleness_aware:
             step.lr_scale = 1.0 / max(1, staleness)
         return step
 

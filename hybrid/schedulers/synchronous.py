@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from hybrid.core.global_model import Step
-from hybrid.schedulers.base import Scheduler
+from hybrid.core.update import Update
+from hybrid.schedulers.base import Scheduler, Verdict
 
 
 class Sync(Scheduler):
@@ -15,22 +16,38 @@ class Sync(Scheduler):
     def __init__(self, workers: int) -> None:
         super().__init__(workers)
         self.round_open = False
+        self.pending: set[int] = set()
+        """Workers of the open round whose update has not arrived."""
 
     def ready(self, idle: Sequence[int], version: int) -> list[int]:
-        if self.round_open or len(idle) < self.workers:
+        if self.round_open:
+            # A pending worker can only be idle if its task was lost (the worker died
+            # and was restarted): start it again from the round's parameters.
+            return sorted(w for w in idle if w in self.pending)
+        if len(idle) < self.workers:
             return []
         self.round_open = True
+        self.pending = set(idle)
         return sorted(idle)
 
-    def full(self) -> bool:
-        return len(self.buffer) == self.workers
+    def admit(self, update: Update, staleness: int) -> Verdict:
+        self.pending.discard(update.worker_id)
+        return super().admit(update, staleness)
 
-    def combine(self) -> Step:
+    def reject(self, update: Update) -> Verdict:
+        self.pending.discard(update.worker_id)  # the round closes without it
+        return Verdict.DROP
+
+    def full(self) -> bool:
+        return self.round_open and not self.pending
+
+    def combine(self) -> Step | None:
         self.round_open = False
         return super().combine()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"round_open": self.round_open}
+        return {"round_open": self.round_open, "pending": sorted(self.pending)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.round_open = bool(state["round_open"])
+        self.pending = {int(w) for w in state["pending"]}
