@@ -23,6 +23,7 @@ USAGE = """usage: hybrid COMMAND [flags]
 
 commands:
   train     train one run (hybrid train --help lists every flag)
+  sweep     run a wandb-format sweep YAML locally and offline (resumable, parallel)
   compare   aggregate run directories into figures and tables
   timeline  per-worker Gantt chart and Chrome trace of one run
   demo      a small scheduler comparison on CartPole-v1
@@ -212,8 +213,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_command(rest)
     if command == "timeline":
         return timeline_command(rest)
+    if command == "sweep":
+        from hybrid.sweep import sweep_command
+
+        return sweep_command(rest)
     return fail(
-        command, f"unknown command {command!r}; choose one of train, compare, timeline, demo"
+        command,
+        f"unknown command {command!r}; choose one of train, sweep, compare, timeline, demo",
     )
 
 

@@ -251,7 +251,7 @@ class Sweep:
     """Sorted by name, as wandb orders them (so grids enumerate in the same order)."""
     run_cap: int | None
     train_args: tuple[str, ...]
-    """Literal ``hybrid train`` flags from ``command`` (those between ``train`` and ``${args}``)."""
+    """Literal ``hybrid train`` flags in ``command`` after ``train`` (next to ``${args}``)."""
     notes: tuple[str, ...]
     """Things worth telling the user that do not stop the sweep."""
 
@@ -595,6 +595,8 @@ def plan(
         except ConfigError as exc:
             where = f"run {name}: " if keys else ""
             raise SweepError(f"{sweep.path}: {where}{exc}") from None
+        if any(r.name == name for r in runs):
+            raise SweepError(f"{sweep.path}: two runs would share the directory {name}")
         runs.append(PlannedRun(name, values, run_dir, (*TRAIN_COMMAND, *train_argv), cfg))
     return runs
 
@@ -770,10 +772,16 @@ def _parser() -> argparse.ArgumentParser:
         "search, parallel runs, resumable (finished runs are skipped).",
     )
     p.add_argument("sweep", help="sweep YAML in wandb's format (see sweeps/README.md)")
-    p.add_argument("--jobs", "-j", type=int, default=1, help="runs at once (default 1)")
+    p.add_argument(
+        "--jobs", "-j", type=int, default=1, metavar="N", help="runs at once (default 1)"
+    )
     p.add_argument("--out", help="directory of the run directories (default runs/<yaml name>)")
-    p.add_argument("--max-runs", type=int, help="run at most K runs (overrides run_cap)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random-search draws")
+    p.add_argument(
+        "--max-runs", type=int, metavar="K", help="run at most K runs (overrides run_cap)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="seed of the random-search draws"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and write nothing")
     return p
 
@@ -825,9 +833,8 @@ def sweep_command(argv: Sequence[str]) -> int:
     if args.dry_run:
         for run in runs:
             state = "complete" if run.name in done else "incomplete" if run.name in stale else "new"
-            print(
-                f"  {state:<10} {run.name}: hybrid train {' '.join(run.argv[len(TRAIN_COMMAND) :])}"
-            )
+            flags = " ".join(run.argv[len(TRAIN_COMMAND) :])
+            print(f"  {state:<10} {run.name}: hybrid train {flags}")
         return 0
 
     failed: list[Outcome] = []
@@ -847,7 +854,7 @@ def sweep_command(argv: Sequence[str]) -> int:
     try:
         with _locked(out):
             for run in todo:  # hybrid train refuses a non-empty --out
-                if run.name in stale:
+                if run.name in stale and not is_complete(run.run_dir):
                     shutil.rmtree(run.run_dir)
             execute(todo, args.jobs, out / ".logs", report)
     except SweepError as exc:
