@@ -119,6 +119,40 @@ class TrainConfig:
     """Probability per task that its worker is SIGKILLed, seeded by seed (processes and ray;
     for fault-tolerance studies). The task re-runs on the restarted worker."""
 
+    # --- actor-learner (hybrid scheduler) and Q-learning (issue 4) -------------------------------
+    learner_batch: int = 8
+    """hybrid: trajectories per learner batch (B)."""
+    max_policy_lag: int = 100
+    """hybrid: drop trajectories acted more than this many versions ago."""
+    correction: str = "vtrace"
+    """hybrid + a2c: off-policy correction of the learner, vtrace or none (the ablation)."""
+    rho_bar: float = 1.0
+    """V-trace truncation of the importance weights in the value targets and advantages."""
+    c_bar: float = 1.0
+    """V-trace truncation of the trace-cutting coefficients (rho_bar >= c_bar)."""
+    replay: str = "prioritized"
+    """hybrid + nstep_q: prioritized (Ape-X) or uniform replay."""
+    replay_capacity: int = 100_000
+    """Transitions the replay holds."""
+    replay_batch: int = 64
+    """Transitions per learner minibatch."""
+    replay_alpha: float = 0.6
+    """Prioritization exponent α (0 = uniform)."""
+    replay_beta0: float = 0.4
+    """Initial importance-sampling exponent β, annealed to 1 over the budget."""
+    learner_updates: int = 8
+    """Minibatch steps the replay learner takes per batch of actor trajectories."""
+    learning_starts: int = 1_000
+    """Transitions stored before the replay learner starts."""
+    q_nstep: int = 3
+    """n of the actors' n-step transitions (Ape-X)."""
+    epsilon: float = 0.4
+    """nstep_q exploration base ε; actor i uses ε^(1 + α·i/(N−1)) (Ape-X)."""
+    epsilon_alpha: float = 7.0
+    """Spread α of the per-actor ε."""
+    target_every: int = 200
+    """nstep_q: refresh the target network every this many global versions."""
+
     # --- evaluation and logging -----------------------------------------------------------------
     eval_every: int = 2_500
     """Evaluate the global model every this many env steps."""
@@ -199,6 +233,26 @@ class TrainConfig:
         ):
             _non_negative(name, getattr(self, name))
         _in_range("rmsprop_alpha", self.rmsprop_alpha, 0.0, 1.0)
+        # actor-learner and Q-learning
+        _choice("correction", self.correction, ("vtrace", "none"))
+        _choice("replay", self.replay, ("prioritized", "uniform"))
+        for name in ("learner_batch", "replay_batch", "learner_updates", "q_nstep", "target_every"):
+            _at_least(name, getattr(self, name), 1)
+        _at_least("max_policy_lag", self.max_policy_lag, 0)
+        _at_least("learning_starts", self.learning_starts, 0)
+        _at_least("replay_capacity", self.replay_capacity, 1)
+        if self.replay_capacity < self.replay_batch:
+            raise ConfigError(
+                f"replay_capacity: {self.replay_capacity} is below replay_batch "
+                f"{self.replay_batch}; the replay must hold at least one minibatch"
+            )
+        _in_range("replay_alpha", self.replay_alpha, 0.0, 1.0)
+        _in_range("replay_beta0", self.replay_beta0, 0.0, 1.0)
+        _in_range("epsilon", self.epsilon, 0.0, 1.0)
+        _non_negative("epsilon_alpha", self.epsilon_alpha)
+        _positive("c_bar", self.c_bar)
+        if _number("rho_bar", self.rho_bar) < self.c_bar:
+            raise ConfigError(f"rho_bar: {self.rho_bar} must be >= c_bar ({self.c_bar})")
         _in_range("inject_worker_faults", self.inject_worker_faults, 0.0, 1.0)
         if self.inject_worker_faults == 1.0:
             raise ConfigError("inject_worker_faults: 1.0 would kill every task; use a value < 1")

@@ -45,6 +45,14 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
 
+    def act_with_log_prob(
+        self, obs: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampled actions and their log-probabilities (the behaviour policy μ for V-trace)."""
+        actions = self.act(obs, generator)
+        logp, _ = self.log_prob_entropy(obs, actions)
+        return actions, logp
+
     def act(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """Sample actions (``generator=None`` acts deterministically: argmax or the mean)."""
         out = self.actor(obs)
@@ -74,6 +82,40 @@ class ActorCritic(nn.Module):
         logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.exp() * logits).sum(-1)
         return logp, entropy
+
+
+class QNetwork(nn.Module):
+    """Action values Q(s, ·) with ε-greedy acting; the target network θ⁻ rides along as a
+    flat buffer (server state delivered with each snapshot), not as parameters."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64, layers: int = 2) -> None:
+        super().__init__()
+        self.q = mlp(obs_dim, n_actions, hidden, layers, last_gain=1.0)
+        self.epsilon = 0.0
+        numel = sum(p.numel() for p in self.q.parameters())
+        self.register_buffer("target", torch.zeros(numel), persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(obs)
+
+    def target_q(self, obs: torch.Tensor) -> torch.Tensor:
+        views, offset = {}, 0
+        for name, p in self.q.named_parameters():
+            views[name] = self.target[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+        return torch.func.functional_call(self.q, views, (obs,))
+
+    def load_extras(self, extras: dict[str, torch.Tensor]) -> None:
+        self.target.copy_(extras["target"])
+
+    def act(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """ε-greedy actions (``generator=None`` is greedy)."""
+        greedy = self.q(obs).argmax(-1)
+        if generator is None or self.epsilon <= 0:
+            return greedy
+        explore = torch.rand(greedy.shape, generator=generator) < self.epsilon
+        random = torch.randint(self.q[-1].out_features, greedy.shape, generator=generator)
+        return torch.where(explore, random, greedy)
 
 
 class FlatParams:

@@ -11,7 +11,7 @@ from hybrid.schedulers.aggregate import weighted_mean
 
 
 def test_registry_names_match_classes():
-    assert set(SCHEDULERS) == {"sync", "async", "bounded"}
+    assert set(SCHEDULERS) >= {"sync", "async", "bounded", "hybrid"}
 
 
 def test_weighted_mean_by_samples():

@@ -26,6 +26,10 @@ class Rollout:
     """(t, env) -> last observation of an episode cut by truncation, for bootstrapping."""
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    behaviour_logp: torch.Tensor | None = None
+    """[T, E] log μ(a|s) of the acting policy, recorded when an actor-learner needs it."""
+    policy_version: int = 0
+    """Version of the parameters the actor acted with."""
 
     @property
     def env_steps(self) -> int:
@@ -44,7 +48,13 @@ class EnvRunner:
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
-    def collect(self, model: ActorCritic, steps: int, generator: torch.Generator) -> Rollout:
+    def collect(
+        self,
+        model: ActorCritic,
+        steps: int,
+        generator: torch.Generator,
+        record_logp: bool = False,
+    ) -> Rollout:
         E, info = self.num_envs, self.info
         obs_buf = np.empty((steps, E, info.obs_dim), dtype=np.float32)
         action_shape = (steps, E, info.action_dim) if info.continuous else (steps, E)
@@ -52,13 +62,20 @@ class EnvRunner:
         rew_buf = np.empty((steps, E), dtype=np.float32)
         term_buf = np.empty((steps, E), dtype=bool)
         trunc_buf = np.empty((steps, E), dtype=bool)
+        logp_buf = np.empty((steps, E), dtype=np.float32) if record_logp else None
         final_obs: dict[tuple[int, int], torch.Tensor] = {}
         returns: list[float] = []
         lengths: list[int] = []
         for t in range(steps):
             obs_buf[t] = self.obs
             with torch.no_grad():
-                action = model.act(torch.from_numpy(self.obs), generator).numpy()
+                obs_t = torch.from_numpy(self.obs)
+                if logp_buf is not None:
+                    action_t, logp = model.act_with_log_prob(obs_t, generator)
+                    logp_buf[t] = logp.numpy()
+                    action = action_t.numpy()
+                else:
+                    action = model.act(obs_t, generator).numpy()
             act_buf[t] = action
             if info.continuous:
                 action = np.clip(action, info.action_low, info.action_high)
@@ -87,7 +104,31 @@ class EnvRunner:
             final_obs=final_obs,
             episode_returns=returns,
             episode_lengths=lengths,
+            behaviour_logp=torch.from_numpy(logp_buf) if logp_buf is not None else None,
         )
 
     def close(self) -> None:
         self.envs.close()
+
+
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """Stack rollouts of equal length side by side along the env axis (a learner batch)."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    final_obs: dict[tuple[int, int], torch.Tensor] = {}
+    offset = 0
+    for r in rollouts:
+        for (t, i), obs in r.final_obs.items():
+            final_obs[(t, i + offset)] = obs
+        offset += r.rewards.shape[1]
+    logps = [r.behaviour_logp for r in rollouts]
+    return Rollout(
+        obs=torch.cat([r.obs for r in rollouts], dim=1),
+        actions=torch.cat([r.actions for r in rollouts], dim=1),
+        rewards=torch.cat([r.rewards for r in rollouts], dim=1),
+        terminated=torch.cat([r.terminated for r in rollouts], dim=1),
+        truncated=torch.cat([r.truncated for r in rollouts], dim=1),
+        last_obs=torch.cat([r.last_obs for r in rollouts], dim=0),
+        final_obs=final_obs,
+        behaviour_logp=None if any(lp is None for lp in logps) else torch.cat(logps, dim=1),
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -12,10 +13,16 @@ from hybrid.core.update import Snapshot
 
 @dataclass
 class Step:
-    """A direction to descend (a combined gradient or pseudo-gradient) and its step-size scale."""
+    """What a scheduler hands on: a direction to descend (a combined gradient or
+    pseudo-gradient) and its step-size scale, or a batch of trajectories that a
+    learner turns into directions."""
 
-    direction: torch.Tensor
+    direction: torch.Tensor | None = None
     lr_scale: float = 1.0
+    batch: list[Any] | None = None
+    """Trajectory payloads (actor-learner schedulers); ``direction`` is then None."""
+    lags: list[int] | None = None
+    """Policy lag of each trajectory in ``batch``, in versions."""
 
 
 class GlobalModel:
@@ -35,9 +42,14 @@ class GlobalModel:
         lr_schedule: str = "constant",
         adam_eps: float = 1e-5,
         rmsprop_alpha: float = 0.99,
+        target_every: int = 0,
     ) -> None:
         self.param = torch.nn.Parameter(params.detach().clone().float(), requires_grad=False)
         self.version = 0
+        # A target network (Q-learning) is server state: every worker bootstraps from the
+        # same θ⁻, refreshed every ``target_every`` versions.
+        self.target_every = target_every
+        self.target = self.param.data.clone() if target_every > 0 else None
         self.base_lr = lr
         self.max_grad_norm = max_grad_norm
         self.lr_schedule = lr_schedule
@@ -47,8 +59,9 @@ class GlobalModel:
     def params(self) -> torch.Tensor:
         return self.param.data
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot(self.param.data.clone(), self.version)
+    def snapshot(self, task: str = "gradient") -> Snapshot:
+        extras = {"target": self.target.clone()} if self.target is not None else {}
+        return Snapshot(self.param.data.clone(), self.version, extras=extras, task=task)
 
     def lr_at(self, progress: float) -> float:
         """Learning rate after ``progress`` (0..1) of the budget has been spent."""
@@ -59,6 +72,8 @@ class GlobalModel:
     def apply(self, step: Step, progress: float = 0.0) -> float:
         """Take one optimizer step along ``step.direction``; returns the pre-clip norm."""
         direction = step.direction
+        if direction is None:
+            raise ValueError("a Step without a direction must go through a learner first")
         norm = float(torch.linalg.vector_norm(direction))
         if self.max_grad_norm > 0 and norm > self.max_grad_norm:
             direction = direction * (self.max_grad_norm / (norm + 1e-6))
@@ -68,6 +83,8 @@ class GlobalModel:
         self.optimizer.step()
         self.param.grad = None
         self.version += 1
+        if self.target is not None and self.version % self.target_every == 0:
+            self.target.copy_(self.param.data)
         return norm
 
     def sha256(self) -> str:

@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybrid.algorithms import ALGORITHMS
 from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, params_sha256
+from hybrid.core.learner import Learner
 from hybrid.core.update import Update
 from hybrid.core.worker import build_model
 from hybrid.envs import EnvInfo, describe
@@ -138,6 +140,8 @@ class Receiver:
 
     def receive(self, update: Update) -> str | None:
         """Decode ``update.payload`` in place; returns why it was rejected, or None."""
+        if update.kind == "trajectory":
+            return None  # experience, not a direction: the learner checks what it learns
         if isinstance(update.payload, bytes | bytearray | memoryview):
             try:
                 update.payload = self.codec.decode(bytes(update.payload), self.numel)
@@ -171,6 +175,7 @@ def run_loop(
     cfg: TrainConfig,
     global_model: GlobalModel,
     scheduler: Scheduler,
+    learner: Learner,
     runtime: Runtime,
     evaluator: Evaluator,
     tracker: Tracker,
@@ -209,7 +214,8 @@ def run_loop(
     while stats.env_steps < cfg.total_env_steps:
         starting = scheduler.ready(runtime.idle_workers(), global_model.version)
         if starting:
-            snapshot = global_model.snapshot()  # shared by all tasks started together
+            # shared by all tasks started together
+            snapshot = global_model.snapshot(task=scheduler.payload_kind)
             for worker_id in starting:
                 runtime.dispatch(worker_id, snapshot)
             stats.bytes_down += len(starting) * snapshot.params.numel() * 4
@@ -225,11 +231,12 @@ def run_loop(
         tracker.span(update, staleness, verdict)
         if scheduler.full() and (step := scheduler.combine()) is not None:
             progress = stats.env_steps / cfg.total_env_steps
-            stats.window_grad_norms.append(global_model.apply(step, progress))
+            for direction in learner.steps(step, global_model, progress):
+                stats.window_grad_norms.append(global_model.apply(direction, progress))
 
         if stats.env_steps >= next_log:
             next_log += cfg.log_every
-            train_row = row("train") | stats.drain_window() | runtime.metrics()
+            train_row = row("train") | stats.drain_window() | learner.metrics() | runtime.metrics()
             train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
             tracker.log(train_row)
             tracker.console.update(stats.env_steps, _status(train_row, last_eval))
@@ -276,6 +283,12 @@ def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> s
     if last_eval is not None:
         parts.append(f"eval {last_eval[1]:.1f}")
     return " | ".join(parts)
+
+
+def make_learner(cfg: TrainConfig, info: EnvInfo, payload_kind: str) -> Learner:
+    if payload_kind == "trajectory":
+        return ALGORITHMS[cfg.algo].learner(cfg, info)
+    return Learner()
 
 
 def check_head(cfg: TrainConfig, info: EnvInfo) -> None:
@@ -329,8 +342,10 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
         lr_schedule=cfg.lr_schedule,
         adam_eps=cfg.adam_eps,
         rmsprop_alpha=cfg.rmsprop_alpha,
+        target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
     )
     scheduler = make_scheduler(cfg)
+    learner = make_learner(cfg, info, scheduler.payload_kind)
     runtime = make_runtime(cfg, info)
     evaluator = Evaluator(cfg, info)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -339,7 +354,14 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     summary: dict[str, Any] | None = None
     try:
         summary = run_loop(
-            cfg, global_model, scheduler, runtime, evaluator, tracker, info.reward_threshold
+            cfg,
+            global_model,
+            scheduler,
+            learner,
+            runtime,
+            evaluator,
+            tracker,
+            info.reward_threshold,
         )
         write_json_atomic(run_dir / "summary.json", summary)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -13,6 +14,10 @@ class Snapshot:
 
     params: torch.Tensor
     version: int
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Other server state a task reads, e.g. ``target`` (a Q-learning target network)."""
+    task: str = "gradient"
+    """What the worker must send back: the scheduler's ``payload_kind``."""
 
 
 @dataclass
@@ -27,7 +32,7 @@ class Update:
 
     worker_id: int
     base_version: int
-    payload: torch.Tensor | bytes
+    payload: torch.Tensor | bytes | Any
     env_steps: int
     kind: str = "gradient"
     episode_returns: list[float] = field(default_factory=list)

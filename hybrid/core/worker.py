@@ -3,27 +3,35 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import numpy as np
 import torch
 
-from hybrid.algorithms import make_loss
+from hybrid.algorithms import ALGORITHMS
 from hybrid.algorithms.rollout import EnvRunner
 from hybrid.codecs import make_codec
 from hybrid.config import TrainConfig
 from hybrid.core.update import Snapshot, Update
 from hybrid.envs import EnvInfo, make_vector_env
-from hybrid.nets import ActorCritic, FlatParams
+from hybrid.nets import FlatParams
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
 
 CODEC_STREAM = 7  # spawn-key slot of a worker's codec randomness
 
 
-def build_model(cfg: TrainConfig, info: EnvInfo) -> ActorCritic:
-    return ActorCritic(info.obs_dim, info.action_dim, info.continuous, cfg.hidden, cfg.layers)
+def build_model(cfg: TrainConfig, info: EnvInfo, worker_id: int = -1) -> torch.nn.Module:
+    """The algorithm's model (``worker_id = -1``: the server's or the evaluator's copy)."""
+    return ALGORITHMS[cfg.algo].model(cfg, info, worker_id)
 
 
 class Worker:
-    """Produces one gradient ``Update`` per task from the snapshot it is given."""
+    """Produces one ``Update`` per task from the snapshot it is given.
+
+    The snapshot's ``task`` says what to send: ``gradient`` (the gradient of the
+    algorithm's loss on a fresh rollout) or ``trajectory`` (what an actor hands an
+    actor-learner: the rollout itself, or Ape-X's prioritized n-step transitions).
+    """
 
     def __init__(
         self, worker_id: int, cfg: TrainConfig, info: EnvInfo, incarnation: int = 0
@@ -31,9 +39,11 @@ class Worker:
         self.worker_id = worker_id
         self.cfg = cfg
         env_seed, torch_seed = worker_seeds(cfg.seed, worker_id, incarnation)
-        self.model = build_model(cfg, info)
+        self.algorithm = ALGORITHMS[cfg.algo]
+        self.model = build_model(cfg, info, worker_id)
         self.flat = FlatParams(self.model)
-        self.loss_fn = make_loss(cfg)
+        self.loss_fn = self.algorithm.loss(cfg)
+        self.actor_payload = self.algorithm.actor_payload(cfg)
         self.generator = torch.Generator().manual_seed(torch_seed)
         self.runner = EnvRunner(make_vector_env(cfg.env, cfg.envs_per_worker), env_seed, info)
         # Each worker owns its codec: top-k's error-feedback residual is worker state.
@@ -53,15 +63,29 @@ class Worker:
     def run_task(self, snapshot: Snapshot) -> Update:
         started = time.perf_counter()
         self.flat.load(snapshot.params)
-        rollout = self.runner.collect(self.model, self.cfg.rollout_steps, self.generator)
-        self.flat.zero_grad()
-        loss, stats = self.loss_fn(self.model, rollout)
-        loss.backward()
-        payload, nbytes = self.encode(self.flat.grad())
+        if snapshot.extras:
+            self.model.load_extras(snapshot.extras)
+        acting = snapshot.task == "trajectory"
+        rollout = self.runner.collect(
+            self.model,
+            self.cfg.rollout_steps,
+            self.generator,
+            record_logp=acting and self.algorithm.records_behaviour_logp,
+        )
+        stats: dict[str, float] = {}
+        if acting:
+            payload: Any = self.actor_payload(self.model, rollout)
+            nbytes = payload_nbytes(payload)
+        else:
+            self.flat.zero_grad()
+            loss, stats = self.loss_fn(self.model, rollout)
+            loss.backward()
+            payload, nbytes = self.encode(self.flat.grad())
         update = Update(
             worker_id=self.worker_id,
             base_version=snapshot.version,
             payload=payload,
+            kind=snapshot.task,
             env_steps=rollout.env_steps,
             episode_returns=rollout.episode_returns,
             episode_lengths=rollout.episode_lengths,
@@ -83,3 +107,18 @@ class Worker:
 
     def close(self) -> None:
         self.runner.close()
+
+
+def payload_nbytes(payload: Any) -> int:
+    """Bytes of the arrays in a trajectory payload, as they would travel."""
+    if isinstance(payload, torch.Tensor):
+        return payload.numel() * payload.element_size()
+    if isinstance(payload, np.ndarray):
+        return int(payload.nbytes)
+    if isinstance(payload, dict):
+        return sum(payload_nbytes(v) for v in payload.values())
+    if isinstance(payload, list | tuple):
+        return sum(payload_nbytes(v) for v in payload)
+    if hasattr(payload, "__dataclass_fields__"):
+        return sum(payload_nbytes(getattr(payload, f)) for f in payload.__dataclass_fields__)
+    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hybrid.config import TrainConfig
+from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import Scheduler, Verdict
 from hybrid.schedulers.bounded import Bounded
@@ -14,6 +15,7 @@ SCHEDULERS: dict[str, Callable[[TrainConfig], Scheduler]] = {
     "sync": lambda c: Sync(c.workers),
     "async": lambda c: Async(c.workers),
     "bounded": lambda c: Bounded(c.workers, c.staleness_bound, c.staleness_aware_lr),
+    "hybrid": lambda c: ActorLearner(c.workers, c.learner_batch, c.max_policy_lag),
 }
 
 
@@ -21,4 +23,13 @@ def make_scheduler(cfg: TrainConfig) -> Scheduler:
     return SCHEDULERS[cfg.scheduler](cfg)
 
 
-__all__ = ["SCHEDULERS", "Async", "Bounded", "Scheduler", "Sync", "Verdict", "make_scheduler"]
+__all__ = [
+    "SCHEDULERS",
+    "ActorLearner",
+    "Async",
+    "Bounded",
+    "Scheduler",
+    "Sync",
+    "Verdict",
+    "make_scheduler",
+]

@@ -1,0 +1,150 @@
+"""Learners: what turns a scheduler's combined step into directions for the global model.
+
+For gradient-pushing schedulers the step already is a direction (``Learner``
+passes it through). For actor-learner schedulers the step is a batch of
+trajectories: ``TrajectoryLearner`` computes one gradient of an off-policy loss
+over it (IMPALA); ``ReplayLearner`` stores transitions in a (prioritized)
+replay and takes sampled minibatch steps (Ape-X). A learner reads the global
+parameters afresh before each direction it yields, so consecutive steps build
+on each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hybrid.algorithms.rollout import Rollout, concat_rollouts
+from hybrid.core.global_model import GlobalModel, Step
+from hybrid.nets import FlatParams
+from hybrid.replay import PrioritizedReplay, UniformReplay, beta_schedule
+
+
+class Learner:
+    """Pass-through: gradients and pseudo-gradients are applied as they are."""
+
+    def steps(self, step: Step, model: GlobalModel, progress: float) -> Iterator[Step]:
+        yield step
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
+class _LagWindow:
+    """Policy lag (versions) of the trajectories learned from since the last log row."""
+
+    def __init__(self) -> None:
+        self.low: list[int] = []
+        self.mean: list[float] = []
+        self.high: list[int] = []
+
+    def add(self, lags: list[int] | None) -> None:
+        if lags:
+            self.low.append(min(lags))
+            self.mean.append(float(np.mean(lags)))
+            self.high.append(max(lags))
+
+    def drain(self) -> dict[str, float]:
+        if not self.mean:
+            return {}
+        row = {
+            "sched/policy_lag_min": float(min(self.low)),
+            "sched/policy_lag_mean": float(np.mean(self.mean)),
+            "sched/policy_lag_max": float(max(self.high)),
+        }
+        self.__init__()  # type: ignore[misc]
+        return row
+
+
+class TrajectoryLearner(Learner):
+    """One gradient per batch of B trajectories, of a loss that corrects the policy lag."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: Callable[[Any, Rollout], tuple[torch.Tensor, dict[str, float]]],
+    ) -> None:
+        self.model = model
+        self.flat = FlatParams(model)
+        self.loss_fn = loss_fn
+        self.lags = _LagWindow()
+        self.losses: dict[str, list[float]] = {}
+
+    def steps(self, step: Step, model: GlobalModel, progress: float) -> Iterator[Step]:
+        assert step.batch is not None
+        self.lags.add(step.lags)
+        self.flat.load(model.params)
+        self.flat.zero_grad()
+        loss, stats = self.loss_fn(self.model, concat_rollouts(step.batch))
+        loss.backward()
+        for name, value in stats.items():
+            self.losses.setdefault(name, []).append(value)
+        yield Step(self.flat.grad(), step.lr_scale)
+
+    def metrics(self) -> dict[str, float]:
+        row = {name: float(np.mean(v)) for name, v in self.losses.items()}
+        self.losses = {}
+        return row | self.lags.drain()
+
+
+class ReplayLearner(Learner):
+    """Ape-X learner: actors' n-step transitions go into a replay; minibatches come out."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        replay: PrioritizedReplay | UniformReplay,
+        loss_fn: Callable[[Any, dict[str, np.ndarray], np.ndarray], tuple[torch.Tensor, Any]],
+        batch_size: int,
+        updates_per_batch: int,
+        learning_starts: int,
+        beta0: float,
+        seed: np.random.SeedSequence,
+    ) -> None:
+        self.model = model
+        self.flat = FlatParams(model)
+        self.replay = replay
+        self.loss_fn = loss_fn
+        self.batch_size = batch_size
+        self.updates_per_batch = updates_per_batch
+        self.learning_starts = max(learning_starts, batch_size)
+        self.beta0 = beta0
+        self.rng = np.random.default_rng(seed)
+        self.lags = _LagWindow()
+        self.losses: list[float] = []
+
+    def steps(self, step: Step, model: GlobalModel, progress: float) -> Iterator[Step]:
+        assert step.batch is not None
+        self.lags.add(step.lags)
+        for transitions in step.batch:
+            self.replay.add(
+                transitions["obs"],
+                transitions["action"],
+                transitions["reward"],
+                transitions["next_obs"],
+                transitions["discount"],
+                transitions["priority"],
+            )
+        if len(self.replay) < self.learning_starts:
+            return
+        beta = beta_schedule(int(progress * 1000), 1000, self.beta0)
+        for _ in range(self.updates_per_batch):
+            self.flat.load(model.params)
+            if model.target is not None:
+                self.model.load_extras({"target": model.target})
+            batch, indices, weights = self.replay.sample(self.batch_size, beta, self.rng)
+            self.flat.zero_grad()
+            loss, td_errors = self.loss_fn(self.model, batch, weights)
+            loss.backward()
+            self.replay.update_priorities(indices, td_errors.numpy())
+            self.losses.append(float(loss.detach()))
+            yield Step(self.flat.grad(), step.lr_scale)
+
+    def metrics(self) -> dict[str, float]:
+        row = {"losses/q": float(np.mean(self.losses))} if self.losses else {}
+        self.losses = []
+        return row | self.lags.drain() | {"perf/replay_size": float(len(self.replay))}
