@@ -142,7 +142,7 @@ class TrainConfig:
     """Initial importance-sampling exponent β, annealed to 1 over the budget."""
     learner_updates: int = 8
     """Minibatch steps the replay learner takes per batch of actor trajectories."""
-    learning_starts: int = 1_000
+    learning_starts: int = 500
     """Transitions stored before the replay learner starts."""
     q_nstep: int = 3
     """n of the actors' n-step transitions (Ape-X)."""
@@ -150,8 +150,50 @@ class TrainConfig:
     """nstep_q exploration base ε; actor i uses ε^(1 + α·i/(N−1)) (Ape-X)."""
     epsilon_alpha: float = 7.0
     """Spread α of the per-actor ε."""
-    target_every: int = 200
+    target_every: int = 100
     """nstep_q: refresh the target network every this many global versions."""
+
+    # --- federated (issue 6) ------------------------------------------------------------------
+    clients: int | None = None
+    """Simulated edge clients K (federated/clients.py), worker ids 0..K-1: each runs its own env
+    variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
+    on demand for each task, so memory grows with the clients per round, not with K (topk error
+    feedback is then per task). Unset: the persistent, identical `workers` take part."""
+    client_fraction: float = 0.1
+    """fedavg: fraction C of the K clients sampled per round, max(1, floor(C*K)); in (0, 1]."""
+    local_steps: int = 5
+    """fedavg: local updates E per client and round, each one rollout of rollout_steps."""
+    local_optimizer: str = "sgd"
+    """fedavg: client optimizer, sgd or adam, fresh every round; max_grad_norm clips each local
+    gradient (the server does not clip the averaged model difference)."""
+    local_lr: float = 0.01
+    """fedavg: client learning rate."""
+    prox_mu: float = 0.0
+    """fedavg: FedProx mu; a client minimizes its loss + mu/2 ||theta - theta_global||^2."""
+    server_momentum: float = 0.0
+    """Momentum of the sgd server optimizer (fedavg + optimizer sgd + lr 1: FedAvgM)."""
+    client_dynamics: str = "iid"
+    """Env variant per client, drawn uniformly per client: iid (all default, the control),
+    pole_length (CartPole length 0.25..1.0), cart_mass, mass, length, gravity, all."""
+    client_uplink_mbps: float = 10.0
+    """Median client uplink in Mbit/s (a Δ's upload time on the virtual clock)."""
+    client_downlink_mbps: float = 50.0
+    """Median client downlink in Mbit/s (θ's download time on the virtual clock)."""
+    client_link_sigma: float = 0.0
+    """Lognormal sigma of the client links around their medians (0: all equal)."""
+    client_dropout: float = 0.0
+    """fedavg: probability that a sampled client drops out of its round (never reports)."""
+    client_availability: float = 1.0
+    """fedavg: probability that a client can be sampled in a given round."""
+    round_deadline_s: float = 0.0
+    """fedavg: seconds after a round starts when the server stops waiting (0: no deadline)."""
+    late_policy: str = "drop"
+    """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
+    with its staleness (admit: asynchronous FL)."""
+    client_eval_clients: int = 50
+    """Clients (a seeded sample) whose own env variant the final model is evaluated on."""
+    client_eval_episodes: int = 2
+    """Deterministic episodes per evaluated client."""
 
     # --- evaluation and logging -----------------------------------------------------------------
     eval_every: int = 2_500
@@ -256,6 +298,38 @@ class TrainConfig:
         _in_range("inject_worker_faults", self.inject_worker_faults, 0.0, 1.0)
         if self.inject_worker_faults == 1.0:
             raise ConfigError("inject_worker_faults: 1.0 would kill every task; use a value < 1")
+        # federated
+        from federated.clients import check_dynamics
+
+        if self.clients is not None:
+            _at_least("clients", self.clients, 1)
+        if not 0.0 < _number("client_fraction", self.client_fraction) <= 1.0:
+            raise ConfigError(f"client_fraction: {self.client_fraction} is outside (0, 1]")
+        _at_least("local_steps", self.local_steps, 1)
+        _choice("local_optimizer", self.local_optimizer, ("sgd", "adam"))
+        _positive("local_lr", self.local_lr)
+        _non_negative("prox_mu", self.prox_mu)
+        if not 0.0 <= _number("server_momentum", self.server_momentum) < 1.0:
+            raise ConfigError(f"server_momentum: {self.server_momentum} is outside [0, 1)")
+        for name in ("client_uplink_mbps", "client_downlink_mbps"):
+            _positive(name, getattr(self, name))
+        for name in ("client_link_sigma", "round_deadline_s"):
+            _non_negative(name, getattr(self, name))
+        if not 0.0 <= _number("client_dropout", self.client_dropout) < 1.0:
+            raise ConfigError(f"client_dropout: {self.client_dropout} is outside [0, 1)")
+        if not 0.0 < _number("client_availability", self.client_availability) <= 1.0:
+            raise ConfigError(f"client_availability: {self.client_availability} is outside (0, 1]")
+        _choice("late_policy", self.late_policy, ("drop", "admit"))
+        _at_least("client_eval_clients", self.client_eval_clients, 1)
+        _at_least("client_eval_episodes", self.client_eval_episodes, 1)
+        check_dynamics(self.client_dynamics, self.env)
+        if self.round_deadline_s and self.scheduler != "fedavg":
+            raise ConfigError("round_deadline_s: only the fedavg scheduler has rounds; leave it 0")
+        if self.runtime == "processes" and (self.scheduler == "fedavg" or self.clients):
+            raise ConfigError(
+                "runtime: 'processes' runs persistent gradient workers only; "
+                "run fedavg and edge clients on serial or ray"
+            )
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
 
