@@ -78,16 +78,22 @@ def _one_line(tyro_message: str) -> str:
 
 
 def train_command(argv: Sequence[str]) -> int:
-    from hybrid.core.loop import train
+    from hybrid.core.loop import Diverged, Interrupted, train
 
     try:
         cfg = parse_train_args(argv)
         result = train(cfg)
     except ConfigError as exc:
         return fail("train", str(exc))
+    except Interrupted as exc:
+        print(f"hybrid train: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("hybrid train: interrupted", file=sys.stderr)
         return 130
+    except Diverged as exc:
+        print(f"hybrid train: {exc}", file=sys.stderr)
+        return 1
     s = result.summary
     solved = f"solved at {s['env_steps_to_solve']:,} env steps" if s["solved"] else "not solved"
     print(

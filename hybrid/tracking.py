@@ -176,6 +176,18 @@ class Tracker:
             + "\n"
         )
 
+    def offsets(self) -> dict[str, int]:
+        """Byte lengths of the logs now: a resume cuts what a crashed run wrote after them."""
+        self._jsonl.flush()
+        self._spans.flush()
+        return {"metrics.jsonl": self._jsonl.tell(), "spans.jsonl": self._spans.tell()}
+
+    def truncate(self, offsets: dict[str, int]) -> None:
+        for name, handle in (("metrics.jsonl", self._jsonl), ("spans.jsonl", self._spans)):
+            handle.flush()
+            handle.truncate(offsets[name])
+            handle.seek(offsets[name])
+
     def close(self, summary: dict[str, Any] | None = None) -> None:
         self.console.close()
         if not self._spans.closed:

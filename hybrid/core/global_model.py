@@ -23,6 +23,9 @@ class Step:
     """Trajectory payloads (actor-learner schedulers); ``direction`` is then None."""
     lags: list[int] | None = None
     """Policy lag of each trajectory in ``batch``, in versions."""
+    clip: bool = True
+    """Clip ``direction`` to ``max_grad_norm``. False for a model difference (fedavg's Δ):
+    a gradient-norm bound would cap how far a round may move; clients clip their gradients."""
 
 
 class GlobalModel:
@@ -43,6 +46,7 @@ class GlobalModel:
         adam_eps: float = 1e-5,
         rmsprop_alpha: float = 0.99,
         target_every: int = 0,
+        momentum: float = 0.0,
     ) -> None:
         self.param = torch.nn.Parameter(params.detach().clone().float(), requires_grad=False)
         self.version = 0
@@ -53,7 +57,9 @@ class GlobalModel:
         self.base_lr = lr
         self.max_grad_norm = max_grad_norm
         self.lr_schedule = lr_schedule
-        self.optimizer = make_optimizer(optimizer, [self.param], lr, adam_eps, rmsprop_alpha)
+        self.optimizer = make_optimizer(
+            optimizer, [self.param], lr, adam_eps, rmsprop_alpha, momentum
+        )
 
     @property
     def params(self) -> torch.Tensor:
@@ -75,7 +81,7 @@ class GlobalModel:
         if direction is None:
             raise ValueError("a Step without a direction must go through a learner first")
         norm = float(torch.linalg.vector_norm(direction))
-        if self.max_grad_norm > 0 and norm > self.max_grad_norm:
+        if step.clip and self.max_grad_norm > 0 and norm > self.max_grad_norm:
             direction = direction * (self.max_grad_norm / (norm + 1e-6))
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(progress) * step.lr_scale
@@ -87,6 +93,21 @@ class GlobalModel:
             self.target.copy_(self.param.data)
         return norm
 
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "params": self.param.data.clone(),
+            "version": self.version,
+            "optimizer": self.optimizer.state_dict(),
+            "target": None if self.target is None else self.target.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.param.data.copy_(state["params"])
+        self.version = int(state["version"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.target is not None:
+            self.target.copy_(state["target"])
+
     def sha256(self) -> str:
         return params_sha256(self.param.data)
 
@@ -96,12 +117,18 @@ def params_sha256(params: torch.Tensor) -> str:
 
 
 def make_optimizer(
-    name: str, params: list[torch.nn.Parameter], lr: float, eps: float, alpha: float
+    name: str,
+    params: list[torch.nn.Parameter],
+    lr: float,
+    eps: float,
+    alpha: float,
+    momentum: float = 0.0,
 ) -> torch.optim.Optimizer:
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, eps=eps)
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=alpha, eps=eps)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        # momentum > 0 with the pseudo-gradients of fedavg and lr 1 is FedAvgM
+        return torch.optim.SGD(params, lr=lr, momentum=momentum)
     raise ValueError(f"optimizer: unknown {name!r}; choose one of adam, rmsprop, sgd")

@@ -33,6 +33,12 @@ class Learner:
     def metrics(self) -> dict[str, float]:
         return {}
 
+    def state_dict(self, with_replay: bool = False) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
 
 class _LagWindow:
     """Policy lag (versions) of the trajectories learned from since the last log row."""
@@ -143,6 +149,19 @@ class ReplayLearner(Learner):
             self.replay.update_priorities(indices, td_errors.numpy())
             self.losses.append(float(loss.detach()))
             yield Step(self.flat.grad(), step.lr_scale)
+
+    def state_dict(self, with_replay: bool = False) -> dict[str, Any]:
+        # The replay can be large (hundreds of MB): it travels only when asked for; without
+        # it a resumed learner refills from fresh experience before it learns again.
+        state: dict[str, Any] = {"rng": self.rng}
+        if with_replay:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng = state["rng"]
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
 
     def metrics(self) -> dict[str, float]:
         row = {"losses/q": float(np.mean(self.losses))} if self.losses else {}

@@ -1,15 +1,20 @@
 """The one loop, and ``train``: build the components, run the loop, write the run directory.
 
-Every scheduler, runtime and algorithm runs through ``run_loop``; nothing
+Every scheduler, runtime and algorithm runs through ``Training.run``; nothing
 else owns control flow.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import signal
+import threading
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybrid import checkpoint
 from hybrid.algorithms import ALGORITHMS
+from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to_state
 from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, params_sha256
@@ -160,120 +167,267 @@ class Receiver:
         return None
 
 
-class WallClock:
-    """Training wall time, with evaluation excluded."""
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the run after it wrote a checkpoint and flushed its logs."""
 
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.excluded = 0.0
+    def __init__(self, signum: int, checkpoint: Path | None) -> None:
+        name = signal.Signals(signum).name
+        where = f"; resume with --resume {checkpoint.parent.parent}" if checkpoint else ""
+        super().__init__(f"stopped by {name}{where}")
+        self.signum = signum
+        self.exit_code = 128 + signum
+        self.checkpoint = checkpoint
 
-    def train_s(self) -> float:
-        return time.perf_counter() - self.start - self.excluded
+
+class Diverged(RuntimeError):
+    """The global parameters stopped being finite numbers."""
 
 
-def run_loop(
-    cfg: TrainConfig,
-    global_model: GlobalModel,
-    scheduler: Scheduler,
-    learner: Learner,
-    runtime: Runtime,
-    evaluator: Evaluator,
-    tracker: Tracker,
-    threshold: float | None,
-) -> dict[str, Any]:
-    stats = RunStats()
-    clock = WallClock()
-    receiver = Receiver(cfg, global_model.params.numel())
-    next_log, next_eval = cfg.log_every, cfg.eval_every
+@dataclass
+class LoopState:
+    """Where the loop stands: everything besides the components that a resume needs."""
+
+    stats: RunStats
+    next_log: int
+    next_eval: int
+    next_checkpoint: int
     solved_at: int | None = None
     last_eval: tuple[int, float] | None = None
+    train_s_before: float = 0.0
+    """Training seconds spent by earlier segments of a resumed run."""
+    nonfinite_streak: int = 0
 
-    def row(kind: str) -> dict[str, Any]:
+
+class Training:
+    """The one loop, with the state that makes it checkpointable and resumable."""
+
+    MAX_NONFINITE_STREAK = 100  # that many non-finite updates in a row: the run diverged
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        global_model: GlobalModel,
+        scheduler: Scheduler,
+        learner: Learner,
+        runtime: Runtime,
+        evaluator: Evaluator,
+        tracker: Tracker,
+        threshold: float | None,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.global_model = global_model
+        self.scheduler = scheduler
+        self.learner = learner
+        self.runtime = runtime
+        self.evaluator = evaluator
+        self.tracker = tracker
+        self.threshold = threshold
+        self.receiver = Receiver(cfg, global_model.params.numel())
+        self.state = LoopState(
+            RunStats(), cfg.log_every, cfg.eval_every, cfg.checkpoint_every or 2**62
+        )
+        self.started = time.perf_counter()
+        self.excluded_s = 0.0  # evaluation and checkpoint time: not training
+        self.stop_signal: int | None = None
+        self.last_checkpoint: Path | None = None
+
+    # --- time and rows -------------------------------------------------------------------------
+
+    def train_s(self) -> float:
+        return self.state.train_s_before + time.perf_counter() - self.started - self.excluded_s
+
+    def row(self, kind: str) -> dict[str, Any]:
         return {
             "kind": kind,
-            "env_steps": stats.env_steps,
-            "updates": global_model.version,
-            "wall_s": clock.train_s(),
-            "virtual_s": runtime.virtual_time(),
+            "env_steps": self.state.stats.env_steps,
+            "updates": self.global_model.version,
+            "wall_s": self.train_s(),
+            "virtual_s": self.runtime.virtual_time(),
         }
 
-    def evaluate() -> float:
-        nonlocal solved_at, last_eval
+    def evaluate(self) -> float:
+        st = self.state
         started = time.perf_counter()
-        returns = evaluator.evaluate(global_model.params)
+        returns = self.evaluator.evaluate(self.global_model.params)
         mean = float(returns.mean())
-        last_eval = (stats.env_steps, mean)
-        if threshold is not None and mean >= threshold and solved_at is None:
-            solved_at = stats.env_steps
-        eval_row = row("eval") | {"eval/return_mean": mean, "eval/return_std": float(returns.std())}
-        tracker.log(eval_row)
-        tracker.console.update(stats.env_steps, f"eval {mean:.1f}", force=True)
-        clock.excluded += time.perf_counter() - started
+        st.last_eval = (st.stats.env_steps, mean)
+        if self.threshold is not None and mean >= self.threshold and st.solved_at is None:
+            st.solved_at = st.stats.env_steps
+        eval_row = self.row("eval") | {
+            "eval/return_mean": mean,
+            "eval/return_std": float(returns.std()),
+        }
+        self.tracker.log(eval_row)
+        self.tracker.console.update(st.stats.env_steps, f"eval {mean:.1f}", force=True)
+        self.excluded_s += time.perf_counter() - started
         return mean
 
-    while stats.env_steps < cfg.total_env_steps:
-        starting = scheduler.ready(runtime.idle_workers(), global_model.version)
-        if starting:
-            # shared by all tasks started together
-            snapshot = global_model.snapshot(task=scheduler.payload_kind)
-            for worker_id in starting:
-                runtime.dispatch(worker_id, snapshot)
-            stats.bytes_down += len(starting) * snapshot.params.numel() * 4
-        update = runtime.next_update()
-        staleness = global_model.version - update.base_version
-        rejection = receiver.receive(update)
-        if rejection is None:
-            verdict = scheduler.admit(update, staleness)
-        else:
-            stats.rejected[rejection] += 1
-            verdict = scheduler.reject(update)
-        stats.record(update, staleness, verdict)
-        tracker.span(update, staleness, verdict)
-        if scheduler.full() and (step := scheduler.combine()) is not None:
-            progress = stats.env_steps / cfg.total_env_steps
-            for direction in learner.steps(step, global_model, progress):
-                stats.window_grad_norms.append(global_model.apply(direction, progress))
+    # --- the loop ------------------------------------------------------------------------------
 
-        if stats.env_steps >= next_log:
-            next_log += cfg.log_every
-            train_row = row("train") | stats.drain_window() | learner.metrics() | runtime.metrics()
-            train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
-            tracker.log(train_row)
-            tracker.console.update(stats.env_steps, _status(train_row, last_eval))
-        if stats.env_steps >= next_eval:
-            next_eval += cfg.eval_every
-            evaluate()
-            if solved_at is not None and cfg.stop_when_solved:
-                break
+    def run(self) -> dict[str, Any]:
+        cfg, st, stats = self.cfg, self.state, self.state.stats
+        global_model, scheduler, runtime = self.global_model, self.scheduler, self.runtime
+        while stats.env_steps < cfg.total_env_steps:
+            if self.stop_signal is not None:
+                raise Interrupted(self.stop_signal, self.checkpoint())
+            starting = scheduler.ready(runtime.idle_workers(), global_model.version)
+            if starting:
+                # shared by all tasks started together
+                snapshot = global_model.snapshot(task=scheduler.payload_kind)
+                for worker_id in starting:
+                    runtime.dispatch(worker_id, snapshot)
+                stats.bytes_down += len(starting) * snapshot.params.numel() * 4
+            update = runtime.next_update()
+            staleness = global_model.version - update.base_version
+            rejection = self.receiver.receive(update)
+            if rejection is None:
+                verdict = scheduler.admit(update, staleness)
+                st.nonfinite_streak = 0
+            else:
+                stats.rejected[rejection] += 1
+                verdict = scheduler.reject(update)
+                st.nonfinite_streak += rejection == "nonfinite"
+            stats.record(update, staleness, verdict)
+            self.tracker.span(update, staleness, verdict)
+            if scheduler.full() and (step := scheduler.combine()) is not None:
+                progress = stats.env_steps / cfg.total_env_steps
+                for direction in self.learner.steps(step, global_model, progress):
+                    stats.window_grad_norms.append(global_model.apply(direction, progress))
+                self.check_finite(applied=True)
+            elif st.nonfinite_streak:
+                self.check_finite(applied=False)
 
-    train_wall_s = clock.train_s()
-    if last_eval is None or last_eval[0] != stats.env_steps:
-        evaluate()
-    assert last_eval is not None
-    return {
-        "solved": solved_at is not None,
-        "env_steps_to_solve": solved_at,
-        "reward_threshold": threshold,
-        "train_wall_s": train_wall_s,
-        "env_steps": stats.env_steps,
-        "updates": global_model.version,
-        "tasks": stats.received,
-        "dropped": stats.dropped,
-        "rejected_corrupt": stats.rejected["corrupt"],
-        "rejected_nonfinite": stats.rejected["nonfinite"],
-        "bytes_up": stats.bytes_up,
-        "bytes_down": stats.bytes_down,
-        "compression_ratio": (
-            stats.received * global_model.params.numel() * 4 / stats.bytes_up
-            if stats.bytes_up
-            else None
-        ),
-        "env_steps_per_s": stats.env_steps / max(train_wall_s, 1e-9),
-        **stats.staleness_summary(),
-        "final_eval_return": last_eval[1],
-        "virtual_time_s": runtime.virtual_time(),
-        "final_params_sha256": global_model.sha256(),
-    }
+            if stats.env_steps >= st.next_log:
+                st.next_log += cfg.log_every
+                train_row = (
+                    self.row("train")
+                    | stats.drain_window()
+                    | self.learner.metrics()
+                    | runtime.metrics()
+                    | scheduler.metrics()
+                )
+                train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
+                self.tracker.log(train_row)
+                self.tracker.console.update(stats.env_steps, _status(train_row, st.last_eval))
+            if stats.env_steps >= st.next_eval:
+                st.next_eval += cfg.eval_every
+                self.evaluate()
+                if st.solved_at is not None and cfg.stop_when_solved:
+                    break
+            if global_model.version >= st.next_checkpoint:
+                while st.next_checkpoint <= global_model.version:
+                    st.next_checkpoint += cfg.checkpoint_every
+                self.checkpoint()
+
+        train_wall_s = self.train_s()
+        if st.last_eval is None or st.last_eval[0] != stats.env_steps:
+            self.evaluate()
+        assert st.last_eval is not None
+        if cfg.checkpoint_every:
+            self.checkpoint()
+        return self.summary(train_wall_s)
+
+    def check_finite(self, applied: bool) -> None:
+        """Stop a diverged run before it writes a checkpoint of garbage."""
+        st = self.state
+        finite = not applied or bool(torch.isfinite(self.global_model.params).all())
+        if finite and st.nonfinite_streak < self.MAX_NONFINITE_STREAK:
+            return
+        where = (
+            f"; the last good checkpoint is {self.last_checkpoint}"
+            if (self.last_checkpoint)
+            else ""
+        )
+        raise Diverged(
+            f"diverged at {st.stats.env_steps:,} env steps (version {self.global_model.version}):"
+            f" the parameters are not finite or {st.nonfinite_streak} updates in a row were;"
+            f" lower --lr or clip with --max-grad-norm{where}"
+        )
+
+    def summary(self, train_wall_s: float) -> dict[str, Any]:
+        st, stats, global_model = self.state, self.state.stats, self.global_model
+        assert st.last_eval is not None
+        return {
+            "solved": st.solved_at is not None,
+            "env_steps_to_solve": st.solved_at,
+            "reward_threshold": self.threshold,
+            "train_wall_s": train_wall_s,
+            "env_steps": stats.env_steps,
+            "updates": global_model.version,
+            "tasks": stats.received,
+            "dropped": stats.dropped,
+            "rejected_corrupt": stats.rejected["corrupt"],
+            "rejected_nonfinite": stats.rejected["nonfinite"],
+            "bytes_up": stats.bytes_up,
+            "bytes_down": stats.bytes_down,
+            "compression_ratio": (
+                stats.received * global_model.params.numel() * 4 / stats.bytes_up
+                if stats.bytes_up
+                else None
+            ),
+            "env_steps_per_s": stats.env_steps / max(train_wall_s, 1e-9),
+            **stats.staleness_summary(),
+            "final_eval_return": st.last_eval[1],
+            "virtual_time_s": self.runtime.virtual_time(),
+            "final_params_sha256": global_model.sha256(),
+            **{
+                name.removeprefix("sched/"): value
+                for name, value in self.scheduler.metrics().items()
+            },
+            **self.evaluator.final_metrics(global_model.params),  # e.g. per-client fairness
+        }
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    def checkpoint(self) -> Path:
+        """Write everything a resume needs, atomically; returns the file."""
+        started = time.perf_counter()
+        state = {
+            "format": 1,
+            "global_model": self.global_model.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scheduler_buffer": [(update_to_state(u), s) for u, s in self.scheduler.buffer],
+            "learner": self.learner.state_dict(with_replay=self.cfg.checkpoint_replay),
+            "runtime": getattr(self.runtime, "state_dict", dict)(),
+            "loop": self._loop_state(),
+            "logs": self.tracker.offsets(),
+        }
+        path = checkpoint.save(
+            self.run_dir, self.global_model.version, to_plain(state), self.cfg.keep_checkpoints
+        )
+        self.last_checkpoint = path
+        self.excluded_s += time.perf_counter() - started
+        return path
+
+    def _loop_state(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: it would rebuild the Counters from (key, count) pairs.
+        def plain(obj: Any) -> dict[str, Any]:
+            return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+        stats = plain(self.state.stats)
+        stats["rejected"] = dict(stats["rejected"])
+        stats["staleness"] = dict(stats["staleness"])
+        return plain(self.state) | {"stats": stats, "train_s_before": self.train_s()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        state = from_plain(state)
+        self.global_model.load_state_dict(state["global_model"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
+        self.learner.load_state_dict(state["learner"])
+        if state["runtime"] and hasattr(self.runtime, "load_state_dict"):
+            self.runtime.load_state_dict(state["runtime"])
+        loop = dict(state["loop"])
+        stats = RunStats(**loop.pop("stats"))
+        stats.rejected = Counter(stats.rejected)
+        stats.staleness = Counter({int(k): v for k, v in stats.staleness.items()})
+        last_eval = loop.pop("last_eval")
+        self.state = LoopState(
+            stats, **loop, last_eval=tuple(last_eval) if last_eval is not None else None
+        )
+        self.tracker.truncate(state["logs"])
 
 
 def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> str:
@@ -283,6 +437,24 @@ def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> s
     if last_eval is not None:
         parts.append(f"eval {last_eval[1]:.1f}")
     return " | ".join(parts)
+
+
+def _resume_config(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+    run_dir = Path(cfg.resume)
+    try:
+        stored = json.loads((run_dir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        raise ConfigError(
+            f"resume: {cfg.resume!r} is not a run directory (no config.json)"
+        ) from None
+    if (run_dir / "summary.json").exists():
+        raise ConfigError(f"resume: {cfg.resume!r} already finished (it has a summary.json)")
+    try:
+        _, state = checkpoint.load_latest(run_dir)
+    except checkpoint.CheckpointError as exc:
+        raise ConfigError(f"resume: {exc}") from None
+    stored_cfg = TrainConfig.from_dict(stored).replace(out=str(run_dir), resume=str(run_dir))
+    return stored_cfg, state
 
 
 def make_learner(cfg: TrainConfig, info: EnvInfo, payload_kind: str) -> Learner:
@@ -325,13 +497,18 @@ def initial_params(cfg: TrainConfig, info: EnvInfo) -> torch.Tensor:
 def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     """Train under ``config`` (fields may be overridden by keyword) and return the Result.
 
-    Bad settings raise ConfigError before anything is written to disk.
+    Bad settings raise ConfigError before anything is written to disk. With
+    ``resume=RUN_DIR`` the run continues from its newest checkpoint, under the
+    config stored there.
     """
     cfg = (config or TrainConfig()).replace(**overrides) if overrides else (config or TrainConfig())
+    resume_state: dict[str, Any] | None = None
+    if cfg.resume:
+        cfg, resume_state = _resume_config(cfg)
     cfg.validate()
     info = describe(cfg.env)
     check_head(cfg, info)
-    run_dir = prepare_run_dir(cfg)
+    run_dir = Path(cfg.out) if resume_state is not None else prepare_run_dir(cfg)
 
     torch.set_num_threads(cfg.torch_threads)
     global_model = GlobalModel(
@@ -343,26 +520,33 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
         adam_eps=cfg.adam_eps,
         rmsprop_alpha=cfg.rmsprop_alpha,
         target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
+        momentum=cfg.server_momentum,
     )
     scheduler = make_scheduler(cfg)
     learner = make_learner(cfg, info, scheduler.payload_kind)
     runtime = make_runtime(cfg, info)
     evaluator = Evaluator(cfg, info)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    if resume_state is None:
+        write_json_atomic(run_dir / "config.json", cfg.to_dict())
     tracker = Tracker(cfg, run_dir)
+    training = Training(
+        cfg,
+        run_dir,
+        global_model,
+        scheduler,
+        learner,
+        runtime,
+        evaluator,
+        tracker,
+        info.reward_threshold,
+    )
     summary: dict[str, Any] | None = None
     try:
-        summary = run_loop(
-            cfg,
-            global_model,
-            scheduler,
-            learner,
-            runtime,
-            evaluator,
-            tracker,
-            info.reward_threshold,
-        )
+        if resume_state is not None:
+            training.restore(resume_state)
+        with _stop_on_signals(training):
+            summary = training.run()
         write_json_atomic(run_dir / "summary.json", summary)
     finally:
         runtime.close()
@@ -371,4 +555,24 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     return Result(run_dir=run_dir, config=cfg, summary=summary, params=global_model.params.clone())
 
 
-__all__ = ["Result", "params_sha256", "run_loop", "train"]
+@contextlib.contextmanager
+def _stop_on_signals(training: Training) -> Iterator[None]:
+    """SIGINT / SIGTERM ask the loop to checkpoint and stop at the next iteration."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be installed from the main thread
+        return
+
+    def request_stop(signum: int, frame: Any) -> None:
+        if training.stop_signal is not None:  # a second signal: stop now
+            raise Interrupted(signum, training.last_checkpoint)
+        training.stop_signal = signum
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+__all__ = ["Diverged", "Interrupted", "Result", "Training", "params_sha256", "train"]

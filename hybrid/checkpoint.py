@@ -1,0 +1,173 @@
+"""Checkpoints: written atomically, loaded safely, with the previous good one kept.
+
+A checkpoint is a ``torch.save`` of plain data only (tensors, numbers, strings,
+bytes, lists, dicts), so it loads with ``torch.load(weights_only=True)``: a file
+whose pickle would run code is refused, not executed. numpy arrays and random
+generators are converted to such data here (``to_plain`` / ``from_plain``).
+
+Files are ``checkpoints/ckpt-<version>.pt`` in the run directory; the newest
+``keep`` are kept, so a checkpoint that turns out corrupt leaves its
+predecessor to resume from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+_NAME = re.compile(r"ckpt-(\d+)\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: refused (unsafe), corrupt, or missing."""
+
+
+# --- plain data ----------------------------------------------------------------------------------
+
+
+def to_plain(value: Any) -> Any:
+    """Turn numpy arrays, numpy scalars and random generators into weights-only-loadable data."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            return {"__objects__": [to_plain(v) for v in value.tolist()], "shape": value.shape}
+        return {
+            "__ndarray__": torch.from_numpy(np.ascontiguousarray(value).copy()),
+            "dtype": value.dtype.str,
+        }
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.random.Generator):
+        return {"__generator__": value.bit_generator.state}
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [to_plain(v) for v in value]
+        return items if isinstance(value, list) else {"__tuple__": items}
+    return value
+
+
+def from_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            return value["__ndarray__"].numpy().astype(np.dtype(value["dtype"]), copy=True)
+        if "__objects__" in value:
+            out = np.empty(len(value["__objects__"]), dtype=object)
+            out[:] = [from_plain(v) for v in value["__objects__"]]
+            return out.reshape(value["shape"])
+        if "__generator__" in value:
+            state = value["__generator__"]
+            generator = np.random.Generator(getattr(np.random, state["bit_generator"])())
+            generator.bit_generator.state = state
+            return generator
+        if "__tuple__" in value:
+            return tuple(from_plain(v) for v in value["__tuple__"])
+        return {k: from_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_plain(v) for v in value]
+    return value
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save(run_dir: Path, version: int, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write ``state`` atomically (temporary file, fsync, rename); prune all but ``keep``."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"ckpt-{version:09d}.pt"
+    tmp = path.with_suffix(".pt.tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a crash
+    finally:
+        os.close(dir_fd)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Checkpoint files of a run, oldest first."""
+    folder = checkpoint_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if _NAME.search(p.name)]
+    return sorted(found, key=lambda p: int(_NAME.search(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Load one checkpoint with ``weights_only=True``; unsafe or damaged files raise."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"{path}: refused: loading it would run code, not just read data ({first[:160]})"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: corrupt or truncated ({first[:160]})") from None
+    if not isinstance(state, dict) or "format" not in state:
+        raise CheckpointError(f"{path}: not a hybrid checkpoint")
+    return state
+
+
+def load_latest(run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """The newest loadable checkpoint; a damaged newest one is reported with its predecessor."""
+    candidates = list_checkpoints(run_dir)
+    if not candidates:
+        raise CheckpointError(f"resume: {str(run_dir)!r} holds no checkpoint")
+    newest = candidates[-1]
+    try:
+        return newest, load(newest)
+    except CheckpointError as exc:
+        if len(candidates) < 2:
+            raise
+        previous = candidates[-2]
+        raise CheckpointError(
+            f"{exc}; the previous good checkpoint is {previous}: delete {newest.name} "
+            "to resume from it"
+        ) from None
+
+
+# --- updates in flight ---------------------------------------------------------------------
+
+
+def update_to_state(update: Any) -> dict[str, Any]:
+    """An ``Update`` (any payload: tensor, bytes, Rollout, transitions) as plain data."""
+    state = {f.name: getattr(update, f.name) for f in dataclasses.fields(update)}
+    payload = update.payload
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        state["payload"] = {
+            "__dataclass__": type(payload).__name__,
+            "fields": {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)},
+        }
+    return to_plain(state)
+
+
+def update_from_state(state: dict[str, Any]) -> Any:
+    from hybrid.algorithms.rollout import Rollout
+    from hybrid.core.update import Update
+
+    values = from_plain(state)
+    payload = values["payload"]
+    if isinstance(payload, dict) and payload.get("__dataclass__") == "Rollout":
+        values["payload"] = Rollout(**payload["fields"])
+    return Update(**values)

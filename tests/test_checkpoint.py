@@ -1,0 +1,186 @@
+"""Checkpoints: bit-exact resume, safe loading, signals, divergence."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import hybrid
+from hybrid import ConfigError
+from hybrid.checkpoint import CheckpointError, list_checkpoints, load
+from hybrid.core.loop import Diverged
+from hybrid.core.worker import Worker
+
+WALL_CLOCK_FIELDS = {"wall_s", "perf/env_steps_per_s", "perf/virtual_clock_s"}
+
+
+def _rows(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rows]
+
+
+def _spans(run_dir):
+    return (run_dir / "spans.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"scheduler": "async", "cluster": "heterogeneous"},
+        {"scheduler": "sync", "codec": "topk"},
+        {"scheduler": "bounded", "staleness_bound": 1, "cluster": "stragglers", "codec": "int8"},
+        {
+            "scheduler": "hybrid",
+            "algo": "nstep_q",
+            "learning_starts": 100,
+            "checkpoint_replay": True,
+        },
+    ],
+    ids=["async", "sync-topk", "bounded-int8", "apex-replay"],
+)
+def test_resume_is_bit_exact(tiny_config, tmp_path, changes):
+    cfg = tiny_config(
+        total_env_steps=3_000,
+        checkpoint_every=15,
+        keep_checkpoints=100,
+        stop_when_solved=False,
+        eval_every=700,
+        **changes,
+    )
+    full = hybrid.train(cfg)
+    checkpoints = list_checkpoints(full.run_dir)
+    assert len(checkpoints) >= 4
+    # A copy of the run as a crash would have left it: a middle checkpoint, no summary.
+    crashed = tmp_path / "crashed"
+    shutil.copytree(full.run_dir, crashed)
+    (crashed / "summary.json").unlink()
+    keep = list_checkpoints(crashed)[len(checkpoints) // 2]
+    for later in list_checkpoints(crashed):
+        if later.name > keep.name:
+            later.unlink()
+    resumed = hybrid.train(resume=str(crashed))
+    assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
+    assert _rows(crashed) == _rows(full.run_dir)
+    assert _spans(crashed) == _spans(full.run_dir)
+    for key in ("env_steps", "updates", "staleness_histogram", "final_eval_return", "tasks"):
+        assert resumed.summary[key] == full.summary[key], key
+
+
+def test_a_truncated_checkpoint_is_reported_with_the_previous_good_one(tiny_config, tmp_path):
+    run = hybrid.train(tiny_config(checkpoint_every=10, stop_when_solved=False))
+    (run.run_dir / "summary.json").unlink()
+    newest, previous = list_checkpoints(run.run_dir)[-1], list_checkpoints(run.run_dir)[-2]
+    newest.write_bytes(newest.read_bytes()[:200])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        load(newest)
+    with pytest.raises(ConfigError, match=f"previous good checkpoint is .*{previous.name}"):
+        hybrid.train(resume=str(run.run_dir))
+    newest.unlink()
+    assert hybrid.train(resume=str(run.run_dir)).summary["env_steps"] >= 600
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
+    path = tmp_path / "ckpt-000000001.pt"
+    torch.save({"format": 1, "payload": _RunsCode()}, path)
+    with pytest.raises(CheckpointError, match="refused: loading it would run code"):
+        load(path)
+
+
+def test_checkpoint_writes_are_atomic(tiny_config):
+    run = hybrid.train(tiny_config(checkpoint_every=5, keep_checkpoints=2))
+    names = sorted(p.name for p in (run.run_dir / "checkpoints").iterdir())
+    assert len(names) == 2 and not any(n.endswith(".tmp") for n in names)
+
+
+def test_a_diverging_run_stops_with_a_clear_message(tiny_config, monkeypatch):
+    original = Worker.encode
+
+    def always_nan(self, vector):
+        return original(self, torch.full_like(vector, float("nan")))
+
+    monkeypatch.setattr(Worker, "encode", always_nan)
+    cfg = tiny_config(scheduler="async", total_env_steps=5_000, checkpoint_every=10)
+    with pytest.raises(Diverged, match="diverged at .* updates in a row"):
+        hybrid.train(cfg)
+
+
+def test_sigterm_checkpoints_flushes_and_resumes_to_the_same_result(tmp_path):
+    common = [
+        "--scheduler",
+        "async",
+        "--workers",
+        "4",
+        "--total-env-steps",
+        "40000",
+        "--no-stop-when-solved",
+        "--eval-every",
+        "5000",
+        "--checkpoint-every",
+        "50",
+        "--progress=False",
+    ]
+    env = dict(os.environ, WANDB_MODE="offline")
+    reference = subprocess.run(
+        [sys.executable, "-m", "hybrid.cli", "train", *common, "--out", str(tmp_path / "ref")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert reference.returncode == 0, reference.stderr
+
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hybrid.cli", "train", *common, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 120
+    metrics = out / "metrics.jsonl"
+    while time.monotonic() < deadline and not (
+        list_checkpoints(out) and metrics.exists() and metrics.stat().st_size > 0
+    ):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.fail("the run finished before SIGTERM arrived; raise the budget")
+    assert proc.returncode == 143, stderr
+    assert "stopped by SIGTERM" in stderr and "--resume" in stderr
+    assert not (out / "summary.json").exists()
+    json.loads(metrics.read_text().splitlines()[-1])  # flushed, whole lines
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "hybrid.cli", "train", "--resume", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    final = json.loads((out / "summary.json").read_text())
+    expected = json.loads((tmp_path / "ref" / "summary.json").read_text())
+    assert final["final_params_sha256"] == expected["final_params_sha256"]
+
+
+def test_resume_errors(tmp_path, tiny_config):
+    with pytest.raises(ConfigError, match="^resume: .* not a run directory"):
+        hybrid.train(resume=str(tmp_path / "nothing"))
+    done = hybrid.train(tiny_config(checkpoint_every=10))
+    with pytest.raises(ConfigError, match="already finished"):
+        hybrid.train(resume=str(done.run_dir))
