@@ -124,7 +124,7 @@ def test_sigterm_checkpoints_flushes_and_resumes_to_the_same_result(tmp_path):
         "--workers",
         "4",
         "--total-env-steps",
-        "40000",
+        "20000",
         "--no-stop-when-solved",
         "--eval-every",
         "5000",
