@@ -114,20 +114,32 @@ class WandbSink:
         warnings.warn(f"wandb disabled, training continues with JSONL only: {exc}", stacklevel=3)
         self.run = None
 
-    def log(self, row: dict[str, Any]) -> None:
+    def log(self, row: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
         if self.run is None:
             return
         try:
-            self.run.log({k: v for k, v in row.items() if isinstance(v, int | float)})
+            import wandb
+
+            data: dict[str, Any] = {k: v for k, v in row.items() if isinstance(v, int | float)}
+            for name, values in (histograms or {}).items():
+                if values:
+                    data[name] = wandb.Histogram(values)
+            self.run.log(data)
         except Exception as exc:
             self._disable(exc)
 
-    def finish(self, summary: dict[str, Any] | None) -> None:
+    def finish(self, summary: dict[str, Any] | None, artifact: Path | None = None) -> None:
         if self.run is None:
             return
         try:
             if summary:
                 self.run.summary.update(summary)
+            if artifact is not None:
+                import wandb
+
+                checkpoint = wandb.Artifact(f"{self.run.name}-checkpoint", type="checkpoint")
+                checkpoint.add_file(str(artifact))
+                self.run.log_artifact(checkpoint)
             self.run.finish()
         except Exception as exc:
             self._disable(exc)
@@ -152,11 +164,12 @@ class Tracker:
         self.console = Console(cfg.total_env_steps, f"{cfg.scheduler}/{cfg.env}", cfg.progress)
         self.wandb = WandbSink(cfg, run_dir) if cfg.track else None
 
-    def log(self, row: dict[str, Any]) -> None:
+    def log(self, row: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
+        """One metrics.jsonl row; ``histograms`` (raw samples) go to wandb only."""
         self._jsonl.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
         self._jsonl.flush()
         if self.wandb is not None:
-            self.wandb.log(row)
+            self.wandb.log(row, histograms)
 
     def span(self, update: Update, staleness: int, verdict: Verdict) -> None:
         """Record one task: when it computed and uploaded, from which version, how stale."""
@@ -188,7 +201,7 @@ class Tracker:
             handle.truncate(offsets[name])
             handle.seek(offsets[name])
 
-    def close(self, summary: dict[str, Any] | None = None) -> None:
+    def close(self, summary: dict[str, Any] | None = None, artifact: Path | None = None) -> None:
         self.console.close()
         if not self._spans.closed:
             self._spans.close()
@@ -197,5 +210,5 @@ class Tracker:
             os.fsync(self._jsonl.fileno())
             self._jsonl.close()
         if self.wandb is not None:
-            self.wandb.finish(summary)
+            self.wandb.finish(summary, artifact)
             self.wandb = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import hybrid
 from hybrid.tracking import Console
@@ -32,14 +33,26 @@ def test_status_lines_when_not_a_terminal():
     assert lines == ["[sync/CartPole-v1] 100 steps (10%) eval 20.0"]
 
 
-def test_wandb_offline_run_files(tiny_config, monkeypatch, tmp_path):
+def test_wandb_offline_run_files_hold_config_and_summary(tiny_config, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    result = hybrid.train(tiny_config(track=True, exp_name="unit"))
+    result = hybrid.train(
+        tiny_config(track=True, exp_name="unit", checkpoint_every=20, wandb_checkpoint=True)
+    )
     runs = list((result.run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
-    files = {p.name for p in runs[0].rglob("*")}
-    assert any(name.endswith(".wandb") for name in files)
-    assert (result.run_dir / "summary.json").exists()
+    # wandb-core writes the file from its own process and may finish a moment after
+    # run.finish() returns.
+    deadline = time.monotonic() + 20
+    while True:
+        records = b"".join(p.read_bytes() for p in runs[0].glob("*.wandb"))
+        if b"exp_name" in records or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    # The run's records are protobuf: strings are stored as they are.
+    assert b"exp_name" in records and b"unit" in records  # the config
+    assert result.summary["final_params_sha256"].encode() in records  # the summary
+    assert b"sched/staleness" in records  # the staleness histograms
+    assert b"checkpoint" in records  # the final checkpoint, as an artifact
 
 
 def test_broken_wandb_does_not_stop_training(tiny_config, monkeypatch):

@@ -301,6 +301,7 @@ class Training:
 
             if stats.env_steps >= st.next_log:
                 st.next_log += cfg.log_every
+                staleness_window = list(stats.window_staleness)
                 train_row = (
                     self.row("train")
                     | stats.drain_window()
@@ -309,7 +310,7 @@ class Training:
                     | scheduler.metrics()
                 )
                 train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
-                self.tracker.log(train_row)
+                self.tracker.log(train_row, {"sched/staleness": staleness_window})
                 self.tracker.console.update(stats.env_steps, _status(train_row, st.last_eval))
             if stats.env_steps >= st.next_eval:
                 st.next_eval += cfg.eval_every
@@ -551,7 +552,8 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     finally:
         runtime.close()
         evaluator.close()
-        tracker.close(summary)
+        artifact = training.last_checkpoint if cfg.wandb_checkpoint and summary else None
+        tracker.close(summary, artifact)
     return Result(run_dir=run_dir, config=cfg, summary=summary, params=global_model.params.clone())
 
 
