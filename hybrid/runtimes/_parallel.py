@@ -17,12 +17,10 @@ import torch
 
 from hybrid.core.update import Snapshot, Update
 from hybrid.core.worker import Worker
-from hybrid.seeding import stream
+from hybrid.seeding import FAULTS, stream
 
 log = logging.getLogger("hybrid.runtimes")
 
-FAULT_STREAM = 0xFA17
-"""Top-level spawn key of the fault-injection stream; far from hybrid.seeding's small keys."""
 
 MAX_CONSECUTIVE_FAILURES = 3
 """A worker that fails this many times in a row without finishing a task is a bug, not bad luck:
@@ -72,7 +70,7 @@ def warm_up(worker: Worker) -> None:
 
 
 def update_record(update: Update) -> dict[str, Any]:
-    """An Update's fields without the payload: small and cheap to send between processes."""
+    """An Update's fields but the payload, which each runtime moves its own way."""
     return {
         f.name: getattr(update, f.name) for f in dataclasses.fields(Update) if f.name != "payload"
     }
@@ -83,7 +81,7 @@ class FaultInjector:
 
     def __init__(self, rate: float, seed: int) -> None:
         self.rate = rate
-        self.rng = np.random.default_rng(stream(seed, FAULT_STREAM))
+        self.rng = np.random.default_rng(stream(seed, FAULTS))
 
     def strike(self) -> bool:
         return self.rate > 0 and bool(self.rng.random() < self.rate)
@@ -122,5 +120,51 @@ def log_restart(worker_id: int, incarnation: int, reason: str, lost: bool) -> No
 
 
 def payload_tensor(array: np.ndarray) -> torch.Tensor:
-    """A float32 tensor that owns a copy of ``array`` (Ray hands back read-only arrays)."""
-    return torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
+    """A tensor that owns a copy of ``array`` (Ray hands back read-only arrays)."""
+    return torch.from_numpy(np.array(array, copy=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorWire:
+    """A tensor on its way to another process, as a numpy array.
+
+    Plain pickling of an array is a memcpy; a pickled tensor would instead be moved into
+    a new shared-memory segment and its file descriptor passed over a socket (torch's
+    multiprocessing reducers), which costs far more for the small arrays sent here.
+    """
+
+    array: np.ndarray
+
+
+def pack(obj: Any) -> Any:
+    """``obj`` with every tensor inside it (dicts, lists, tuples, dataclasses) as a TensorWire."""
+
+    def to_wire(tensor: torch.Tensor) -> Any:
+        try:
+            return TensorWire(tensor.detach().numpy())
+        except TypeError:  # a dtype numpy lacks (bfloat16): let torch pickle it
+            return tensor
+
+    return _map(obj, torch.Tensor, to_wire)
+
+
+def unpack(obj: Any) -> Any:
+    """The inverse of ``pack``; every array is copied, so the tensors own writable memory."""
+    return _map(obj, TensorWire, lambda wire: payload_tensor(wire.array))
+
+
+def _map(obj: Any, kind: type, fn: Any) -> Any:
+    if isinstance(obj, kind):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {key: _map(value, kind, fn) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [_map(value, kind, fn) for value in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_map(value, kind, fn) for value in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {
+            f.name: _map(getattr(obj, f.name), kind, fn) for f in dataclasses.fields(obj) if f.init
+        }
+        return dataclasses.replace(obj, **changes)
+    return obj

@@ -9,13 +9,16 @@ Three shared-memory tensors are created once and handed to every worker process:
 ``meta``   a seqlock word and the version of what ``theta`` holds,
 ``grads``  one gradient slot per worker.
 
-``dispatch`` publishes the snapshot into ``theta`` (a 36 KB copy, once per version, so
-the N workers of a ``sync`` round share one publication) and sends the worker a
-one-word message through its pipe. The worker reads θ *from shared memory* when it
-starts, tags its update with the version it read, writes the gradient into its own
-slot and sends back a small record (env steps, episode returns, losses, timing).
-Nothing of parameter size is ever pickled: a pickled tensor would travel through
-torch's file-descriptor passing, costing far more than the task's bookkeeping.
+``dispatch`` publishes the snapshot into ``theta`` (a 36 KB copy for the CartPole
+model, once per version, so the N workers of a ``sync`` round share one publication)
+and sends the worker a short message through its pipe: the task kind and, when the
+snapshot has any, its extras (a target network). The worker reads θ *from shared
+memory* when it starts, tags its update with the version it read, writes a
+parameter-shaped payload (a gradient or Δ) into its own slot and sends back a small
+record (env steps, episode returns, losses, timing). Other payloads (a codec's
+bytes, an actor's trajectory) travel in the record, their tensors as numpy arrays:
+a pickled tensor would be moved into a fresh shared-memory segment whose file
+descriptor is passed over a socket, costing more than the rest of an update.
 
 A worker may read a *newer* θ than the snapshot it was dispatched with (another
 worker's dispatch published in between). Its update then carries the newer version,
@@ -33,8 +36,10 @@ Here (i) is literal. With ``lock_free=True`` nothing guards the read, so a read 
 overlaps a publication can see a mix of two versions: Hogwild!'s inconsistent read.
 The seqlock word detects it and the runtime counts it (``sched/torn_reads``); the
 update is tagged with the version that was complete when the read began. With
-``lock_free=False`` a shared lock makes reads and publications exclusive, so every
-read is one whole version.
+``lock_free=False`` ("locked") such a read is retried, so every read is one whole
+version. We give that guarantee with a retrying seqlock rather than a shared mutex:
+a worker SIGKILLed while holding a mutex would leave it locked and hang the run,
+while a dead seqlock reader blocks nobody.
 
 (iii) is done by the main process: the loop applies each gradient the moment it
 arrives (``async``) with the one server optimizer, whose statistics are therefore
@@ -47,9 +52,11 @@ We chose a single writer because the loop must see every update (to admit, combi
 count staleness) and the model it evaluates and checkpoints must be the very
 parameters the workers train; workers writing θ themselves would leave the main
 process with a stale replica unless the core gave the runtime the global model's
-storage (the hook is described in the issue note). The price is small: an Adam step
-on the 9k-parameter CartPole model takes ~40 µs against ~1.5 ms per task, so one
-writer keeps up with dozens of workers.
+storage (the hook is described in the issue note). The optimizer step itself is
+cheap (Adam on the 9k CartPole parameters: ~40 µs); what bounds scaling is the main
+process's whole per-update bookkeeping (the loop's admit, apply and logging plus
+~0.1 ms here), ~0.3-0.4 ms against ~1 ms for a default 10-step task, so larger tasks
+(``envs_per_worker``, ``rollout_steps``) scale to more workers.
 
 Faults
 ------
@@ -64,11 +71,12 @@ advances. ``kill_worker(i)`` and ``inject_worker_faults`` SIGKILL a worker on pu
 Shutdown
 --------
 ``close`` asks every worker to stop, then terminates and finally kills stragglers;
-it runs on a normal end, on an exception and on Ctrl-C (the loop's ``finally``), and
+it runs on a normal end, on an exception and on Ctrl-C (``train``'s ``finally``), and
 a finalizer runs it at interpreter exit if nobody called it. Workers are daemonic,
-ignore SIGINT (Ctrl-C is the main process's to handle), and exit when the pipe to the
-main process closes. Shared memory uses torch's ``file_descriptor`` strategy: the
-segments are unlinked at creation, so nothing is left in /dev/shm.
+ignore SIGINT (Ctrl-C is the main process's to handle; they keep computing until it
+stops them), and exit when the pipe to the main process closes. Shared memory uses
+torch's default ``file_descriptor`` strategy: segments are unlinked as soon as they
+are created, so nothing is left in /dev/shm whatever happens.
 """
 
 from __future__ import annotations
@@ -76,16 +84,18 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import selectors
 import signal
 import sys
 import time
 import traceback
 import weakref
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 
@@ -99,6 +109,8 @@ from hybrid.runtimes._parallel import (
     FaultInjector,
     check_failures,
     log_restart,
+    pack,
+    unpack,
     update_record,
     warm_up,
     warn_if_oversubscribed,
@@ -115,24 +127,28 @@ STOP_GRACE_S = 2.0
 
 
 def read_params(
-    theta: torch.Tensor, meta: torch.Tensor, lock: Any, out: torch.Tensor
+    theta: torch.Tensor, meta: np.ndarray, consistent: bool, out: torch.Tensor
 ) -> tuple[int, bool]:
     """Copy the published θ into ``out``; return (version, whether the read was torn).
 
-    Lock-free, this is a seqlock reader that does not retry: the writer makes the
-    sequence word odd while it writes, so a read that saw an odd word, or a different
-    word at the end, overlapped a write. The version is read before the copy, so a
-    torn read is tagged with the older of the versions it mixes. On x86 (TSO) the
-    detection is exact; on weakly ordered CPUs it is best effort.
+    A seqlock reader: the writer makes the sequence word odd while it writes, so a read
+    that saw an odd word, or a different word at the end, overlapped a write. Lock-free
+    (Hogwild!), such a read is kept and reported as torn, tagged with the version that
+    was complete when it began (the older of the two it mixes). ``consistent`` retries
+    it instead, so every read is one whole version. The writer never waits for readers:
+    a worker SIGKILLed in the middle of a read cannot block anyone, as it could if it
+    died holding a lock. On x86 (TSO) the detection is exact; on weakly ordered CPUs
+    it is best effort.
     """
-    if lock is not None:
-        with lock:
-            out.copy_(theta)
-            return int(meta[VERSION]), False
-    begin = int(meta[SEQ])
-    version = int(meta[VERSION])
-    out.copy_(theta)
-    return version, begin % 2 == 1 or int(meta[SEQ]) != begin
+    deadline = time.monotonic() + 1.0
+    while True:
+        begin = int(meta[SEQ])
+        version = int(meta[VERSION])
+        out.copy_(theta)
+        torn = begin % 2 == 1 or int(meta[SEQ]) != begin
+        if not (torn and consistent) or time.monotonic() > deadline:
+            return version, torn  # past the deadline the writer died mid-write: say so
+        time.sleep(0)  # yield: on a busy core the writer may need it to finish
 
 
 def _worker_main(
@@ -144,25 +160,37 @@ def _worker_main(
     theta: torch.Tensor,
     meta: torch.Tensor,
     grads: torch.Tensor,
-    lock: Any,
+    consistent: bool,
 ) -> None:
     # Ctrl-C reaches the whole foreground process group; stopping us is the main
     # process's job (close()), and a worker dying mid-send would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)  # tiny MLPs: more threads only contend for the cores
+    torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing from more
     worker = None
     try:
         worker = Worker(worker_id, cfg, info, incarnation)
         warm_up(worker)
         local = torch.empty_like(theta)
+        meta_np = meta.numpy()  # a view of the same shared words
         conn.send(("ready", os.getpid()))
-        while conn.recv() is not None:
-            version, torn = read_params(theta, meta, lock, local)
-            update = worker.run_task(Snapshot(local, version))
-            grads[worker_id].copy_(update.payload)
+        while (message := conn.recv()) is not None:
+            started_at = time.monotonic()  # a system-wide clock: comparable across processes
+            task, extras = message
+            version, torn = read_params(theta, meta_np, consistent, local)
+            snapshot = Snapshot(local, version, extras=unpack(extras or {}), task=task)
+            update = worker.run_task(snapshot)
             record = update_record(update)
-            record["torn"] = torn
-            record["finished_at"] = time.monotonic()  # system-wide clock: comparable across us
+            payload = update.payload
+            record["in_slot"] = (
+                isinstance(payload, torch.Tensor)
+                and payload.dtype == grads.dtype
+                and payload.shape == grads[worker_id].shape
+            )
+            if record["in_slot"]:  # a gradient or Δ: the common case, through shared memory
+                grads[worker_id].copy_(payload)
+            else:  # codec bytes, a trajectory: small, or not parameter-shaped
+                record["wire"] = pack(payload)
+            record.update(torn=torn, started_at=started_at, finished_at=time.monotonic())
             conn.send(("result", record))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process has gone: there is nobody left to report to
@@ -178,7 +206,7 @@ def _worker_main(
 # --- the main process ------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)  # identity: a slot is one worker
 class _Slot:
     """One worker as the main process sees it, across its incarnations."""
 
@@ -196,6 +224,8 @@ class _Slot:
     """A task waits for the worker to become ready (after a start or a restart)."""
     failures: int = 0
     """Unexpected failures since the last finished task."""
+    task: tuple[str, Any] = ("gradient", None)
+    """The task to (re-)run: its kind and the snapshot's packed extras."""
     killed_on_purpose: bool = False
     last_error: str = ""
 
@@ -225,8 +255,8 @@ class ProcessRuntime:
         numel = FlatParams(build_model(cfg, info)).numel
         self._theta = torch.zeros(numel).share_memory_()
         self._meta = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._meta_np = self._meta.numpy()
         self._grads = torch.zeros(cfg.workers, numel).share_memory_()
-        self._lock = None if cfg.lock_free else self._ctx.Lock()
         self._published: int | None = None
         self._arrived: list[tuple[float, int, Update]] = []
         self._sequence = 0
@@ -234,18 +264,22 @@ class ProcessRuntime:
         self.counters = FaultCounters()
         self.torn_reads = 0
         self._closed = False
+        self._origin = time.monotonic()  # reset once the workers are warm: the run begins
         # The finalizer holds this list, not self, so an abandoned runtime is still cleaned up.
         self._processes: list[BaseProcess] = []
         self._finalizer = weakref.finalize(self, _stop_processes, self._processes, 0.0)
         self._slots: list[_Slot] = []
+        self._selector = selectors.DefaultSelector()
         try:
             for w in range(cfg.workers):
                 process, conn = self._spawn(w, 0)
                 self._slots.append(_Slot(w, 0, process, conn))
+                self._watch(self._slots[-1])
             self._await_startup()
         except BaseException:
             self.close()
             raise
+        self._origin = time.monotonic()
 
     # -- the Runtime protocol --
 
@@ -257,6 +291,7 @@ class ProcessRuntime:
         if slot.busy:
             raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
         self._publish(snapshot)
+        slot.task = (snapshot.task, pack(snapshot.extras) if snapshot.extras else None)
         slot.busy = True
         slot.pending = True
         if slot.ready:
@@ -289,7 +324,38 @@ class ProcessRuntime:
         _stop_processes(list(self._processes), STOP_GRACE_S)
         for slot in self._slots:
             slot.conn.close()
+        self._selector.close()
         self._finalizer.detach()
+
+    # -- checkpoints --
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs from us: the counters and every worker's incarnation.
+
+        Tasks in flight are not saved: after a resume every worker is idle, and the
+        scheduler starts again what its state says is missing (a sync round's pending
+        workers, for one).
+        """
+        return {
+            "incarnations": [s.incarnation for s in self._slots],
+            "restarts": self.counters.restarts,
+            "lost_updates": self.counters.lost_updates,
+            "torn_reads": self.torn_reads,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the counters; replace every worker by its next incarnation.
+
+        The workers started by ``__init__`` would replay the seed streams the first
+        segment of the run already used; their successors draw fresh ones.
+        """
+        self.counters = FaultCounters(int(state["restarts"]), int(state["lost_updates"]))
+        self.torn_reads = int(state["torn_reads"])
+        for slot, incarnation in zip(self._slots, state["incarnations"], strict=True):
+            self._stop(slot)
+            self._respawn(slot, int(incarnation) + 1)
+        self._await_startup()
+        self._origin = time.monotonic()
 
     # -- fault tests --
 
@@ -319,7 +385,7 @@ class ProcessRuntime:
                 self._theta,
                 self._meta,
                 self._grads,
-                self._lock,
+                not self.cfg.lock_free,
             ),
             daemon=True,  # multiprocessing's own atexit hook ends daemonic children too
         )
@@ -335,84 +401,131 @@ class ProcessRuntime:
             if left <= 0:
                 slow = [s.worker_id for s in self._slots if not s.ready]
                 raise RuntimeError(f"workers {slow} did not start within {STARTUP_TIMEOUT_S:.0f} s")
-            for slot in self._wait(left):
-                if not self._drain(slot) or slot.process.exitcode is not None:
-                    raise RuntimeError(
-                        f"worker {slot.worker_id} failed to start "
-                        f"(exit code {slot.process.exitcode}):\n{slot.last_error}"
-                    )
+            for slot in self._handle_events(left):
+                slot.process.join(1.0)
+                raise RuntimeError(
+                    f"worker {slot.worker_id} failed to start "
+                    f"(exit code {slot.process.exitcode}):\n{slot.last_error}"
+                )
 
     def _publish(self, snapshot: Snapshot) -> None:
         if snapshot.version == self._published:
             return
-        with self._lock if self._lock is not None else contextlib.nullcontext():
-            self._meta[SEQ] += 1  # odd: a write is in progress
-            self._theta.copy_(snapshot.params)
-            self._meta[VERSION] = snapshot.version
-            self._meta[SEQ] += 1
+        meta = self._meta_np  # numpy view: a scalar store costs ns, a tensor index µs
+        meta[SEQ] += 1  # odd: a write is in progress
+        self._theta.copy_(snapshot.params)
+        meta[VERSION] = snapshot.version
+        meta[SEQ] += 1
         self._published = snapshot.version
 
     def _send_task(self, slot: _Slot) -> None:
         slot.pending = False
         slot.in_flight = True
-        try:
-            slot.conn.send(0)
-        except OSError:  # the worker died since we last looked
-            self._restart(slot)
+        # A worker that died since we last looked breaks the pipe; its sentinel will wake
+        # the next wait, which restarts it and re-runs this task.
+        with contextlib.suppress(OSError):
+            slot.conn.send(slot.task)
 
-    def _wait(self, timeout: float | None) -> list[_Slot]:
-        """Block until some worker has a message or has exited; return those workers."""
-        watched: dict[Any, _Slot] = {}
-        for slot in self._slots:
-            watched[slot.conn] = slot
-            watched[slot.process.sentinel] = slot
-        touched: list[_Slot] = []
-        for ready in wait(list(watched), timeout):
-            if watched[ready] not in touched:
-                touched.append(watched[ready])
-        return touched
+    def _watch(self, slot: _Slot) -> None:
+        # One long-lived epoll set: building a fresh one per wait (multiprocessing's
+        # connection.wait) costs as much as the rest of the bookkeeping of an update.
+        self._selector.register(slot.conn, selectors.EVENT_READ, slot)
+        self._selector.register(slot.process.sentinel, selectors.EVENT_READ, slot)
+
+    def _unwatch(self, slot: _Slot) -> None:
+        for fileobj in (slot.conn, slot.process.sentinel):
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(fileobj)
 
     def _pump(self) -> None:
-        for slot in self._wait(None):
-            if not self._drain(slot) or slot.process.exitcode is not None:
-                self._restart(slot)
+        for slot in self._handle_events(None):
+            self._restart(slot)
 
-    def _drain(self, slot: _Slot) -> bool:
-        """Handle every message the worker has sent; False once it has failed or gone."""
-        while True:
-            try:
-                if not slot.conn.poll():
-                    return True
-                kind, body = slot.conn.recv()
-            except (EOFError, OSError):
-                return False
-            if kind == "ready":
-                slot.ready = True
-                if slot.pending:
-                    self._send_task(slot)
-            elif kind == "result":
-                self._receive(slot, body)
-            elif kind == "error":
-                slot.last_error = body
-                return False
+    def _handle_events(self, timeout: float | None) -> list[_Slot]:
+        """Wait for messages or exits and handle them; return the workers that failed.
+
+        A readable pipe yields one message (epoll is level-triggered: more are reported
+        again). An exited process is drained first, so a result it sent before dying
+        still counts.
+        """
+        failed: list[_Slot] = []
+        for key, _ in self._selector.select(timeout):
+            slot = key.data
+            if any(slot is f for f in failed):
+                continue
+            if key.fileobj is slot.conn:
+                if not self._receive_one(slot):
+                    failed.append(slot)
+            else:  # the sentinel: the process has exited
+                while self._has_message(slot) and self._receive_one(slot):
+                    pass
+                failed.append(slot)
+        return failed
+
+    @staticmethod
+    def _has_message(slot: _Slot) -> bool:
+        try:
+            return slot.conn.poll()
+        except OSError:
+            return False
+
+    def _receive_one(self, slot: _Slot) -> bool:
+        """Handle one message from the worker; False once it has failed or gone."""
+        try:
+            kind, body = slot.conn.recv()
+        except (EOFError, OSError):
+            return False
+        if kind == "ready":
+            slot.ready = True
+            if slot.pending:
+                self._send_task(slot)
+        elif kind == "result":
+            self._receive(slot, body)
+        elif kind == "error":
+            slot.last_error = body
+            return False
+        return True
 
     def _receive(self, slot: _Slot, record: dict[str, Any]) -> None:
-        torn, finished_at = record.pop("torn"), record.pop("finished_at")
-        # Copy out of the slot now: the worker overwrites it on its next task.
-        update = Update(payload=self._grads[slot.worker_id].clone(), **record)
+        received_at = time.monotonic()
+        torn = record.pop("torn")
+        started_at, finished_at = record.pop("started_at"), record.pop("finished_at")
+        if record.pop("in_slot"):
+            # Copy out of the slot now: the worker overwrites it on its next task.
+            payload = self._grads[slot.worker_id].clone()
+        else:
+            payload = unpack(record.pop("wire"))
+        update = Update(payload=payload, **record)
+        # Timeline: computing until finished_at, then in the pipe until the main process
+        # took it (it may have been busy applying another update).
+        update.started_s = started_at - self._origin
+        update.cost_s = received_at - started_at
+        update.upload_s = received_at - finished_at
         heapq.heappush(self._arrived, (finished_at, self._sequence, update))
         self._sequence += 1
         self.torn_reads += bool(torn)
         slot.in_flight = False
         slot.failures = 0
 
-    def _restart(self, slot: _Slot) -> None:
+    def _stop(self, slot: _Slot) -> None:
         process = slot.process
-        if process.is_alive():  # it reported an error; make sure it is gone
+        if process.is_alive():  # it reported an error, or we replace it: make sure it is gone
             process.kill()
         process.join()
+        self._unwatch(slot)  # before closing: a new pipe may reuse the descriptor number
         slot.conn.close()
         self._processes.remove(process)
+
+    def _respawn(self, slot: _Slot, incarnation: int) -> None:
+        slot.in_flight = slot.ready = slot.killed_on_purpose = False
+        slot.last_error = ""
+        slot.incarnation = incarnation
+        slot.process, slot.conn = self._spawn(slot.worker_id, incarnation)
+        self._watch(slot)
+
+    def _restart(self, slot: _Slot) -> None:
+        process = slot.process
+        self._stop(slot)
         if slot.killed_on_purpose:
             reason = "was killed on purpose"
         elif slot.last_error:
@@ -427,7 +540,4 @@ class ProcessRuntime:
             slot.failures += 1
             check_failures(slot.worker_id, slot.failures, slot.last_error)
         slot.pending = slot.pending or slot.in_flight  # the lost task re-runs when it is ready
-        slot.in_flight = slot.ready = slot.killed_on_purpose = False
-        slot.last_error = ""
-        slot.incarnation += 1
-        slot.process, slot.conn = self._spawn(slot.worker_id, slot.incarnation)
+        self._respawn(slot, slot.incarnation + 1)

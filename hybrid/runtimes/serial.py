@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import heapq
 import time
+from typing import Any
 
 import numpy as np
 
+from federated.clients import ClientCostModel, population
+from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.config import TrainConfig
 from hybrid.core.update import Snapshot, Update
 from hybrid.core.worker import Worker
@@ -33,13 +36,16 @@ class CostModel:
             np.random.default_rng(stream(cfg.seed, CLOCK, JITTER, w)) for w in range(cfg.workers)
         ]
 
-    def duration(self, worker_id: int, env_steps: int, nbytes: int) -> tuple[float, float]:
-        """(compute seconds, upload seconds) of one task."""
+    def duration(
+        self, worker_id: int, env_steps: int, nbytes: int, updates: int = 1
+    ) -> tuple[float, float]:
+        """(compute seconds, upload seconds) of one task of ``updates`` optimizer steps."""
         cfg = self.cfg
         jitter = (
             self.jitter[worker_id].lognormal(0.0, cfg.jitter_sigma) if cfg.jitter_sigma else 1.0
         )
-        compute = (env_steps * cfg.step_cost_s + cfg.task_overhead_s) * self.slowness[worker_id]
+        work = env_steps * cfg.step_cost_s + updates * cfg.task_overhead_s
+        compute = work * self.slowness[worker_id]
         upload = nbytes * 8 / (cfg.bandwidth_mbps * 1e6)
         return float(compute * jitter), float(upload)
 
@@ -59,24 +65,63 @@ def cluster_slowness(cfg: TrainConfig) -> np.ndarray:
 
 class SerialRuntime:
     def __init__(self, cfg: TrainConfig, info: EnvInfo) -> None:
-        self.workers = [Worker(w, cfg, info) for w in range(cfg.workers)]
+        self.cfg, self.info = cfg, info
+        # Edge clients (cfg.clients) hold no env or model between tasks: each task builds
+        # its client from (seed, client id, version) and its profile, then releases it, so
+        # memory grows with the tasks in flight, not with the number of clients.
+        self.on_demand = cfg.clients is not None
+        self.workers = [] if self.on_demand else [Worker(w, cfg, info) for w in range(cfg.workers)]
         self.cost = CostModel(cfg)
+        self.client_cost = ClientCostModel(cfg) if self.on_demand else None
+        self.deadline_s = cfg.round_deadline_s
         self.clock = 0.0
-        self.busy = [False] * cfg.workers
+        self.busy = [False] * population(cfg)
+        self.busy_until: dict[int, float] = {}
+        """Devices still computing a task the server stopped waiting for at its deadline."""
         self._queue: list[tuple[float, int, Update]] = []
         self._sequence = 0  # ties in finish time resolve in dispatch order
         self.bookkeeping_s = 0.0  # wall time spent on the clock itself, for the overhead figure
 
     def idle_workers(self) -> list[int]:
-        return [w for w, busy in enumerate(self.busy) if not busy]
+        for w in [w for w, end in self.busy_until.items() if end <= self.clock]:
+            del self.busy_until[w]
+        idle = [w for w, busy in enumerate(self.busy) if not busy and w not in self.busy_until]
+        if not idle and not self._queue and self.busy_until:
+            # Nothing is on its way to the server and nobody is free: time passes until the
+            # first device still working past its deadline is done.
+            self.clock = max(self.clock, min(self.busy_until.values()))
+            return self.idle_workers()
+        return idle
 
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
-        update = self.workers[worker_id].run_task(snapshot)
+        if self.on_demand:
+            client = Worker(worker_id, self.cfg, self.info, incarnation=max(snapshot.version, 0))
+            try:
+                update = client.run_task(snapshot)
+            finally:
+                client.close()
+        else:
+            update = self.workers[worker_id].run_task(snapshot)
         started = time.perf_counter()
-        compute_s, update.upload_s = self.cost.duration(worker_id, update.env_steps, update.nbytes)
+        updates = self.cfg.local_steps if snapshot.task == "delta" else 1
+        if self.client_cost is not None:
+            theta_nbytes = snapshot.params.numel() * snapshot.params.element_size()
+            compute_s, update.upload_s = self.client_cost.duration(
+                worker_id, update.env_steps, update.nbytes, theta_nbytes, updates, snapshot.version
+            )
+        else:
+            compute_s, update.upload_s = self.cost.duration(
+                worker_id, update.env_steps, update.nbytes, updates
+            )
         update.started_s = self.clock
         update.cost_s = compute_s + update.upload_s
-        heapq.heappush(self._queue, (self.clock + update.cost_s, self._sequence, update))
+        arrival = self.clock + update.cost_s
+        if self.deadline_s and update.cost_s > self.deadline_s:
+            # The server stops waiting at the deadline and learns then that the task is late
+            # (the scheduler sees cost_s > deadline); the device works on until it finishes.
+            self.busy_until[worker_id] = arrival
+            arrival = self.clock + self.deadline_s
+        heapq.heappush(self._queue, (arrival, self._sequence, update))
         self._sequence += 1
         self.busy[worker_id] = True
         self.bookkeeping_s += time.perf_counter() - started
@@ -96,6 +141,29 @@ class SerialRuntime:
 
     def metrics(self) -> dict[str, float]:
         return {"perf/virtual_clock_s": self.bookkeeping_s}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The clock, the tasks in flight (already computed) and every worker's state."""
+        return {
+            "clock": self.clock,
+            "busy": list(self.busy),
+            "busy_until": sorted(self.busy_until.items()),
+            "sequence": self._sequence,
+            "queue": [(t, seq, update_to_state(u)) for t, seq, u in self._queue],
+            "jitter": list(self.cost.jitter),
+            "workers": [w.state_dict() for w in self.workers],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.clock = float(state["clock"])
+        self.busy = [bool(b) for b in state["busy"]]
+        self.busy_until = {int(w): float(t) for w, t in state.get("busy_until", [])}
+        self._sequence = int(state["sequence"])
+        self._queue = [(t, seq, update_from_state(u)) for t, seq, u in state["queue"]]
+        heapq.heapify(self._queue)
+        self.cost.jitter = list(state["jitter"])
+        for worker, worker_state in zip(self.workers, state["workers"], strict=True):
+            worker.load_state_dict(worker_state)
 
     def close(self) -> None:
         for worker in self.workers:

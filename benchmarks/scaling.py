@@ -1,0 +1,214 @@
+"""Throughput scaling of the real runtimes, with the serial runtime beside them; time to solve.
+
+    python benchmarks/scaling.py [--workers 1 2] [--runtimes serial processes ray]
+                                 [--schedulers async sync] [--steps 30000] [--repeats 3]
+                                 [--solve-seeds 0 1 2]
+
+Part 1: env steps per second of training wall time (evaluation and worker start-up
+excluded, as in summary.json), median (and range) of ``--repeats`` fixed-budget runs
+per cell, CartPole-v1, ``stop_when_solved`` off. Each repeat runs every cell once, and
+the ratios are medians of ratios taken within a repeat, so load from other jobs that
+comes and goes skews them less. "vs 1 worker" is the speed-up over the same runtime
+and scheduler with one worker; "vs processes" compares with the processes runtime at
+the same scheduler and worker count. The serial runtime's workers are simulated in
+one process, so its rows show what the loop costs without any parallelism.
+
+Part 2: wall time to solve CartPole-v1 with processes/async against serial/async
+(same workers, the largest of ``--workers``), median over seeds.
+
+Prints Markdown. Nothing here asserts on time: other jobs on the machine, thermal
+limits and the core count all move these figures. On a 16-core machine run
+``--workers 1 2 4 8 16``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Run from a checkout without installing the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hybrid
+from hybrid import TrainConfig
+from hybrid.runtimes._parallel import physical_cores
+
+
+def base_config(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(
+        env="CartPole-v1",
+        envs_per_worker=args.envs_per_worker,
+        rollout_steps=args.rollout_steps,
+        progress=False,
+    )
+
+
+def run(cfg: TrainConfig) -> dict[str, Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # oversubscription is the point here
+        return hybrid.train(cfg).summary
+
+
+@contextlib.contextmanager
+def ray_session(runtime: str, workers: int) -> Iterator[None]:
+    """One local Ray for all of its cells (started as the runtime starts it), down after them.
+
+    Starting Ray takes ~5 s per run; its daemons are stopped before other runtimes run,
+    so that they do not take CPU from them.
+    """
+    if runtime != "ray":
+        yield
+        return
+    import ray
+
+    from hybrid.runtimes.ray import connect
+
+    owned = connect(TrainConfig(workers=workers))
+    try:
+        yield
+    finally:
+        if owned:
+            ray.shutdown()
+
+
+Cell = tuple[str, str, int]  # runtime, scheduler, workers
+
+
+def throughput(args: argparse.Namespace, tmp: Path) -> dict[Cell, list[float]]:
+    """Env steps/s of every cell, repeat by repeat.
+
+    The repeat loop is the outer one, so that a burst of load from other jobs falls on
+    every cell of one repeat alike rather than on all repeats of one cell; ratios are
+    then taken within a repeat (see ``paired``).
+    """
+    rates: dict[Cell, list[float]] = {}
+    for repeat in range(args.repeats):
+        for runtime in args.runtimes:
+            with ray_session(runtime, max(args.workers)):
+                for scheduler in args.schedulers:
+                    for workers in args.workers:
+                        cfg = base_config(args).replace(
+                            runtime=runtime,
+                            scheduler=scheduler,
+                            workers=workers,
+                            seed=repeat,
+                            total_env_steps=args.steps,
+                            stop_when_solved=False,
+                            eval_every=10**9,  # one evaluation, after the clock has stopped
+                            eval_episodes=1,
+                            out=str(tmp / f"{runtime}-{scheduler}-{workers}-{repeat}"),
+                        )
+                        rate = run(cfg)["env_steps_per_s"]
+                        rates.setdefault((runtime, scheduler, workers), []).append(rate)
+                        print(
+                            f"  repeat {repeat}: {runtime}/{scheduler} workers={workers}: "
+                            f"{rate:,.0f}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+    return rates
+
+
+def paired(rates: dict[Cell, list[float]], cell: Cell, base: Cell) -> str:
+    """Median over repeats of the ratio cell/base within each repeat."""
+    if cell not in rates or base not in rates:
+        return "–"
+    ratios = [a / b for a, b in zip(rates[cell], rates[base], strict=True)]
+    return f"{statistics.median(ratios):.2f}×"
+
+
+def time_to_solve(args: argparse.Namespace, tmp: Path) -> list[tuple[str, int, float, float]]:
+    workers = max(args.workers)
+    rows = []
+    for runtime in ("processes", "serial"):
+        walls, steps = [], []
+        for seed in args.solve_seeds:
+            summary = run(
+                base_config(args).replace(
+                    runtime=runtime,
+                    scheduler="async",
+                    workers=workers,
+                    seed=seed,
+                    total_env_steps=args.solve_budget,
+                    out=str(tmp / f"solve-{runtime}-{seed}"),
+                )
+            )
+            if summary["solved"]:
+                walls.append(summary["train_wall_s"])
+                steps.append(summary["env_steps_to_solve"])
+            print(
+                f"  solve {runtime}/async seed={seed}: solved={summary['solved']} "
+                f"wall={summary['train_wall_s']:.1f}s steps={summary['env_steps_to_solve']}",
+                file=sys.stderr,
+                flush=True,
+            )
+        nan = float("nan")
+        rows.append(
+            (
+                f"{runtime}/async, {workers} workers",
+                len(walls),
+                statistics.median(walls) if walls else nan,
+                statistics.median(steps) if steps else nan,
+            )
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--runtimes", nargs="+", default=["serial", "processes", "ray"])
+    parser.add_argument("--schedulers", nargs="+", default=["async", "sync"])
+    parser.add_argument("--steps", type=int, default=30_000, help="env steps per throughput run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--solve-seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--solve-budget", type=int, default=300_000)
+    parser.add_argument(
+        "--envs-per-worker", type=int, default=TrainConfig.envs_per_worker, help="task size"
+    )
+    parser.add_argument(
+        "--rollout-steps", type=int, default=TrainConfig.rollout_steps, help="task size"
+    )
+    args = parser.parse_args()
+    if "ray" in args.runtimes and importlib.util.find_spec("ray") is None:
+        print("ray is not installed: skipping the ray runtime", file=sys.stderr)
+        args.runtimes.remove("ray")
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    with tempfile.TemporaryDirectory() as tmp:
+        rates = throughput(args, Path(tmp))
+        solve = time_to_solve(args, Path(tmp)) if args.solve_seeds else []
+
+    print(
+        f"\n{platform.processor() or platform.machine()}, {physical_cores()} physical cores, "
+        f"load average {load:.2f} at start; CartPole-v1, {args.steps:,} env steps per run, "
+        f"{args.envs_per_worker * args.rollout_steps} env steps per task, "
+        f"median of {args.repeats}.\n"
+    )
+    print("| runtime | scheduler | workers | env steps/s (min–max) | vs 1 worker | vs processes |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for (runtime, scheduler, workers), values in rates.items():
+        spread = f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+        one = paired(rates, (runtime, scheduler, workers), (runtime, scheduler, 1))
+        procs = paired(rates, (runtime, scheduler, workers), ("processes", scheduler, workers))
+        print(f"| {runtime} | {scheduler} | {workers} | {spread} | {one} | {procs} |")
+    if solve:
+        print(f"\nTime to solve CartPole-v1 (median over seeds {args.solve_seeds}):\n")
+        print("| run | solved | train wall s to solve | env steps to solve |")
+        print("| --- | ---: | ---: | ---: |")
+        for name, solved, wall, steps in solve:
+            print(f"| {name} | {solved}/{len(args.solve_seeds)} | {wall:.1f} | {steps:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

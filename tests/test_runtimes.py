@@ -1,0 +1,471 @@
+"""The real runtimes (processes, ray): every scheduler runs, faults are survived, nothing leaks.
+
+"Nothing leaks" is checked on the process tree (/proc: no descendant of the test
+process or of a training subprocess survives) and in /dev/shm. The one process that
+may outlive a run is multiprocessing's resource tracker: one per interpreter, shared
+by every run, it ends with the interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+import hybrid
+from hybrid.config import ConfigError, TrainConfig
+from hybrid.runtimes import _parallel
+from hybrid.runtimes.processes import ProcessRuntime
+
+SUMMARY_KEYS = {
+    "solved",
+    "env_steps_to_solve",
+    "train_wall_s",
+    "env_steps",
+    "updates",
+    "tasks",
+    "dropped",
+    "env_steps_per_s",
+    "staleness_mean",
+    "staleness_max",
+    "staleness_histogram",
+    "final_eval_return",
+    "virtual_time_s",
+    "final_params_sha256",
+}
+SHM_PREFIXES = ("torch_", "psm_", "sem.", "plasma", "ray")
+
+
+# --- process-tree and shared-memory inspection ------------------------------------------------
+
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, session id, command line) of every live, non-zombie process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # exited while we looked
+        if fields[0] != "Z":
+            table[int(entry)] = (int(fields[1]), int(fields[3]), cmd)
+    return table
+
+
+def _descendants(root: int | None = None) -> dict[int, str]:
+    """Every live descendant of ``root`` (default: this process) but the resource tracker."""
+    table = _proc_table()
+    found: dict[int, str] = {}
+    stack = [os.getpid() if root is None else root]
+    while stack:
+        parent = stack.pop()
+        for pid, (ppid, _, cmd) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = cmd
+                stack.append(pid)
+    return {pid: cmd for pid, cmd in found.items() if "resource_tracker" not in cmd}
+
+
+def _in_session(sid: int) -> dict[int, str]:
+    return {pid: cmd for pid, (_, s, cmd) in _proc_table().items() if s == sid}
+
+
+def _eventually_empty(probe, timeout_s: float = 15.0) -> dict[int, str]:
+    """Processes take a moment to exit after being told to; give them that moment."""
+    deadline = time.monotonic() + timeout_s
+    left = probe()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = probe()
+    return left
+
+
+def _shm() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIXES)}
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if it leaves a process or a shared-memory segment behind."""
+    before_procs, before_shm = set(_descendants()), _shm()
+    yield
+    left = _eventually_empty(
+        lambda: {p: c for p, c in _descendants().items() if p not in before_procs}
+    )
+    assert not left, f"processes left behind: {left}"
+    leaked = _shm() - before_shm
+    assert not leaked, f"shared-memory segments left in /dev/shm: {sorted(leaked)}"
+
+
+@pytest.fixture
+def fixed_budget(tiny_config):
+    """tiny_config that spends its whole budget (CartPole can be solved within a few hundred
+    steps by luck, and a fault test needs the run to last)."""
+
+    def make(**changes) -> TrainConfig:
+        return tiny_config(stop_when_solved=False, **changes)
+
+    return make
+
+
+def _check_summary(result, runtime: str) -> dict:
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert not SUMMARY_KEYS - set(summary), "summary.json lacks keys"
+    assert summary["virtual_time_s"] is None
+    assert summary["env_steps"] >= result.config.total_env_steps
+    assert summary["updates"] > 0 and summary["train_wall_s"] > 0
+    assert torch.isfinite(result.params).all()
+    rows = result.metrics("train")
+    assert rows and all(r["virtual_s"] is None for r in rows)
+    assert "sched/worker_restarts" in rows[-1]
+    assert json.loads((result.run_dir / "config.json").read_text())["runtime"] == runtime
+    return summary
+
+
+# --- a worker that raises: an env that fails inside worker processes only ---------------------
+
+CRASH_ENV = "HybridCrashyCartPole-v0"
+
+
+class CrashyCartPole(CartPoleEnv):
+    """CartPole that raises in a worker process: once (claiming a marker file) or always."""
+
+    steps = 0
+
+    def step(self, action):
+        if os.getpid() != int(os.environ.get("HYBRID_TEST_MAIN_PID", os.getpid())):
+            CrashyCartPole.steps += 1
+            mode, marker = os.environ.get("HYBRID_TEST_CRASH", ":").split(":", 1)
+            if mode == "always" or (mode == "once" and CrashyCartPole.steps > 100):
+                try:
+                    os.remove(marker)  # only one process wins the claim, once
+                except FileNotFoundError:
+                    if mode == "once":
+                        return super().step(action)
+                raise RuntimeError("injected env failure")
+        return super().step(action)
+
+
+if CRASH_ENV not in gym.registry:
+    gym.register(CRASH_ENV, entry_point=CrashyCartPole, max_episode_steps=500)
+
+
+class CrashyConfig(TrainConfig):
+    """Unpickling this in a worker imports this module, which registers the crashy env there."""
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scheduler,lock_free",
+    [("sync", True), ("async", True), ("async", False), ("bounded", True), ("hybrid", True)],
+)
+def test_processes_every_scheduler_writes_a_complete_summary(
+    fixed_budget, scheduler, lock_free, no_leaks
+):
+    cfg = fixed_budget(
+        runtime="processes", scheduler=scheduler, workers=2, lock_free=lock_free,
+        total_env_steps=1_500, staleness_bound=1,
+    )  # fmt: skip
+    result = hybrid.train(cfg)
+    summary = _check_summary(result, "processes")
+    rows = result.metrics("train")
+    assert rows[-1]["sched/worker_restarts"] == 0
+    if scheduler == "sync":
+        assert summary["staleness_max"] == 0
+    if not lock_free:
+        assert rows[-1]["sched/torn_reads"] == 0
+
+
+@pytest.mark.slow
+def test_sync_on_processes_solves_cartpole(tmp_path, no_leaks):
+    result = hybrid.train(
+        TrainConfig(
+            runtime="processes",
+            scheduler="sync",
+            workers=2,
+            total_env_steps=200_000,
+            eval_every=2_500,
+            progress=False,
+            out=str(tmp_path / "run"),
+        )
+    )
+    assert result.summary["solved"], result.summary
+    assert result.summary["virtual_time_s"] is None
+
+
+def _kill_on_dispatch(monkeypatch, runtime_cls, kill, worker: int, at: tuple[int, ...]) -> None:
+    """Make ``runtime_cls.dispatch`` call ``kill(runtime)`` around the at-th dispatch to worker."""
+    original = runtime_cls.dispatch
+    count = {"n": 0}
+
+    def dispatch(self, worker_id, snapshot):
+        if worker_id == worker:
+            count["n"] += 1
+        if count["n"] in at and worker_id == worker:
+            kill(self, lambda: original(self, worker_id, snapshot))
+        else:
+            original(self, worker_id, snapshot)
+
+    monkeypatch.setattr(runtime_cls, "dispatch", dispatch)
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "bounded"])
+def test_processes_worker_killed_twice_run_completes(
+    fixed_budget, monkeypatch, scheduler, no_leaks, caplog
+):
+    # SIGKILL from outside, as the OOM killer would, while the task is in flight.
+    def sigkill_in_flight(runtime, dispatch):
+        dispatch()
+        os.kill(runtime.worker_pids()[0], signal.SIGKILL)
+
+    _kill_on_dispatch(monkeypatch, ProcessRuntime, sigkill_in_flight, worker=0, at=(3, 12))
+    cfg = fixed_budget(
+        runtime="processes", scheduler=scheduler, workers=2, staleness_bound=0,
+        total_env_steps=2_000, log_every=50,
+    )  # fmt: skip
+    result = hybrid.train(cfg)
+    _check_summary(result, "processes")
+    last = result.metrics("train")[-1]
+    assert last["sched/worker_restarts"] == 2
+    assert last["sched/lost_updates"] <= 2  # 2 unless a result was already in the pipe
+    assert torch.isfinite(result.params).all()
+    assert "restarted as incarnation" in caplog.text
+
+
+def test_processes_worker_that_raises_is_restarted(fixed_budget, tmp_path, monkeypatch, no_leaks):
+    marker = tmp_path / "crash-once"
+    marker.touch()
+    monkeypatch.setenv("HYBRID_TEST_MAIN_PID", str(os.getpid()))
+    monkeypatch.setenv("HYBRID_TEST_CRASH", f"once:{marker}")
+    cfg = fixed_budget(runtime="processes", scheduler="sync", workers=2, env=CRASH_ENV)
+    result = hybrid.train(CrashyConfig(**cfg.to_dict()))
+    assert not marker.exists()  # the failure did happen
+    assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
+    assert torch.isfinite(result.params).all()
+
+
+def test_processes_worker_that_always_raises_stops_the_run(
+    fixed_budget, tmp_path, monkeypatch, no_leaks
+):
+    monkeypatch.setenv("HYBRID_TEST_MAIN_PID", str(os.getpid()))
+    monkeypatch.setenv("HYBRID_TEST_CRASH", "always:")
+    cfg = fixed_budget(runtime="processes", workers=2, env=CRASH_ENV)
+    with pytest.raises(RuntimeError, match="injected env failure"):
+        hybrid.train(CrashyConfig(**cfg.to_dict()))
+
+
+def test_processes_keyboard_interrupt_ends_every_worker(fixed_budget, monkeypatch, no_leaks):
+    original = ProcessRuntime.next_update
+    calls = {"n": 0}
+
+    def next_update(self):
+        calls["n"] += 1
+        if calls["n"] == 20:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(ProcessRuntime, "next_update", next_update)
+    with pytest.raises(KeyboardInterrupt):
+        hybrid.train(fixed_budget(runtime="processes", workers=2, total_env_steps=100_000))
+
+
+def test_processes_injected_faults_are_seeded_and_survived(fixed_budget, no_leaks):
+    # The kills are drawn per dispatched task from the run's seed: at this rate, seed 5
+    # strikes the 6th task and no other of the first 60 (the run dispatches 50 to 60).
+    injector = _parallel.FaultInjector(0.02, 5)
+    assert [i for i in range(60) if injector.strike()] == [5]
+    cfg = fixed_budget(
+        runtime="processes", scheduler="async", workers=2, seed=5,
+        inject_worker_faults=0.02, total_env_steps=500, log_every=50,
+    )  # fmt: skip
+    result = hybrid.train(cfg)
+    assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
+    assert torch.isfinite(result.params).all()
+
+
+@pytest.mark.slow
+def test_processes_resume_continues_counters_with_fresh_workers(
+    fixed_budget, monkeypatch, no_leaks
+):
+    def sigkill_in_flight(runtime, dispatch):
+        dispatch()
+        os.kill(runtime.worker_pids()[0], signal.SIGKILL)
+
+    _kill_on_dispatch(monkeypatch, ProcessRuntime, sigkill_in_flight, worker=0, at=(3,))
+    original_next = ProcessRuntime.next_update
+    calls = {"n": 0}
+
+    def next_update(self):
+        calls["n"] += 1
+        if calls["n"] == 60:
+            raise KeyboardInterrupt  # after the checkpoints of versions 10 and 20
+        return original_next(self)
+
+    monkeypatch.setattr(ProcessRuntime, "next_update", next_update)
+    original_load = ProcessRuntime.load_state_dict
+    incarnations: list[int] = []
+
+    def load_state_dict(self, state):
+        original_load(self, state)
+        incarnations.extend(s.incarnation for s in self._slots)
+
+    monkeypatch.setattr(ProcessRuntime, "load_state_dict", load_state_dict)
+    cfg = fixed_budget(
+        runtime="processes", scheduler="sync", workers=2, total_env_steps=1_000,
+        checkpoint_every=10, log_every=50,
+    )  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        hybrid.train(cfg)
+    result = hybrid.train(TrainConfig(resume=cfg.out, progress=False))
+    _check_summary(result, "processes")
+    assert incarnations == [2, 1]  # worker 0 had been restarted once: both draw fresh seeds
+    assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["processes", "ray"])
+def test_ctrl_c_leaves_no_process(tmp_path, runtime):
+    if runtime == "ray":
+        pytest.importorskip("ray", reason="the ray runtime is an extra: pip install hybrid-rl[ray]")
+    out = tmp_path / "run"
+    script = textwrap.dedent(
+        f"""
+        import hybrid
+        hybrid.train(runtime={runtime!r}, workers=2, total_env_steps=10**8, log_every=200,
+                     progress=False, out={str(out)!r})
+        """
+    )
+    # A session of its own, like a terminal: Ctrl-C reaches the whole process group.
+    child = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        metrics = out / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert child.poll() is None, "training ended before it could be interrupted"
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        os.killpg(child.pid, signal.SIGINT)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    left = _eventually_empty(lambda: _in_session(child.pid))
+    assert not left, f"processes left behind after Ctrl-C: {left}"
+
+
+def test_more_workers_than_cores_warns(monkeypatch):
+    monkeypatch.setattr(_parallel, "physical_cores", lambda: 2)
+    with pytest.warns(RuntimeWarning, match="context switch"):
+        _parallel.warn_if_oversubscribed(3, "processes")
+
+
+def test_inject_worker_faults_is_validated():
+    for bad in (-0.1, 1.0, math.nan):
+        with pytest.raises(ConfigError, match="inject_worker_faults"):
+            TrainConfig(inject_worker_faults=bad).validate()
+
+
+# --- ray -----------------------------------------------------------------------------------------
+
+
+def _ray():
+    return pytest.importorskip(
+        "ray", reason="the ray runtime is an extra: pip install hybrid-rl[ray]"
+    )
+
+
+def test_ray_sync_starts_and_stops_its_own_local_ray(fixed_budget, no_leaks):
+    ray = _ray()
+    if ray.is_initialized():
+        pytest.skip("a Ray instance from elsewhere is running in this process")
+    token = Path.home() / ".ray" / "auth_token"
+    had_token = token.exists()
+    result = hybrid.train(fixed_budget(runtime="ray", scheduler="sync", workers=2))
+    _check_summary(result, "ray")
+    assert result.summary["staleness_max"] == 0
+    assert not ray.is_initialized()
+    assert token.exists() == had_token, "Ray wrote an auth token into the home directory"
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray for the tests below (started as the runtime would start it)."""
+    ray = _ray()
+    from hybrid.runtimes.ray import connect
+
+    owned = connect(TrainConfig(workers=2))
+    yield ray
+    if owned:
+        ray.shutdown()
+
+
+def test_ray_local_instance_is_loopback_only(ray_session):
+    assert ray_session.util.get_node_ip_address() == "127.0.0.1"
+
+
+@pytest.mark.parametrize("scheduler", ["async", "bounded", "hybrid", "fedavg"])
+def test_ray_schedulers_write_a_complete_summary(fixed_budget, ray_session, scheduler):
+    result = hybrid.train(
+        fixed_budget(
+            runtime="ray", scheduler=scheduler, workers=2, staleness_bound=1,
+            total_env_steps=1_500,
+        )
+    )  # fmt: skip
+    _check_summary(result, "ray")
+    assert ray_session.is_initialized()  # not ours to stop
+
+
+@pytest.mark.slow
+def test_ray_actor_killed_twice_run_completes(fixed_budget, ray_session, monkeypatch):
+    from hybrid.runtimes.ray import RayRuntime
+
+    def sigkill_actor(runtime, dispatch):
+        # Ask for the pid first: an actor runs one call at a time, so asking after the
+        # dispatch would wait for the task to finish.
+        pid = ray_session.get(runtime._actors[0].handle.ready.remote())
+        dispatch()
+        os.kill(pid, signal.SIGKILL)
+
+    _kill_on_dispatch(monkeypatch, RayRuntime, sigkill_actor, worker=0, at=(3, 12))
+    cfg = fixed_budget(
+        runtime="ray", scheduler="sync", workers=2, total_env_steps=2_000, log_every=50
+    )
+    result = hybrid.train(cfg)
+    _check_summary(result, "ray")
+    last = result.metrics("train")[-1]
+    assert last["sched/worker_restarts"] == 2
+    assert torch.isfinite(result.params).all()
+
+
+def test_parallel_runtimes_default_to_one_worker_per_physical_core():
+    from hybrid.defaults import apply_runtime_defaults
+
+    cores = _parallel.physical_cores()
+    assert apply_runtime_defaults(TrainConfig(runtime="processes")).workers == cores
+    assert apply_runtime_defaults(TrainConfig(runtime="ray")).workers == cores
+    assert apply_runtime_defaults(TrainConfig(runtime="processes", workers=3)).workers == 3
+    assert apply_runtime_defaults(TrainConfig(runtime="processes"), keep={"workers"}).workers == 8
+    assert apply_runtime_defaults(TrainConfig()).workers == 8  # serial simulates any number
+    cluster = TrainConfig(runtime="ray", ray_address="10.0.0.1:6379")
+    assert apply_runtime_defaults(cluster).workers == 8
