@@ -1,0 +1,237 @@
+"""``fedavg``: federated averaging in rounds (FedAvg, FedProx, FedAvgM, FedAdam).
+
+Each round samples m = max(1, floor(C·K)) of the K clients among those idle and
+available (a seeded draw), lets the sampled ones that do not drop out run E local
+steps from the round's θ, and combines their Δ = θ_global − θ_local into the
+sample-weighted mean (McMahan et al. 2017). The server's optimizer applies that
+mean as a pseudo-gradient: SGD with lr 1 is FedAvg, with momentum FedAvgM, Adam
+FedAdam (Reddi et al. 2021). FedProx's μ lives in the client's loss (the worker).
+
+Stragglers: with a deadline, a Δ whose task ran longer than ``deadline_s`` is late.
+The serial runtime hands it over at the deadline, so the round closes then; the
+scheduler drops it (counted), or under ``late_policy="admit"`` holds it until the
+first round that closes after it really arrived and admits it there with its
+staleness (asynchronous FL). Dropout is decided here, from the seeded draw, when a
+client is sampled: a client that drops out is never started and never reports, so
+the round time is that of the slowest surviving client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from federated.clients import (
+    FEDERATED,
+    SAMPLING_STREAM,
+    clients_per_round,
+    make_profiles,
+    population,
+)
+from hybrid.config import TrainConfig
+from hybrid.core.global_model import Step
+from hybrid.core.update import Update
+from hybrid.schedulers.base import Scheduler, Verdict
+from hybrid.seeding import stream
+
+MAX_EMPTY_ROUNDS = 10_000
+"""Rounds in a row in which nobody took part (all unavailable or dropped out) before the
+scheduler gives up: only a near-certain dropout or near-zero availability gets there."""
+
+
+class FedAvg(Scheduler):
+    name = "fedavg"
+    payload_kind = "delta"
+
+    def __init__(
+        self,
+        clients: int,
+        fraction: float,
+        seed: int = 0,
+        *,
+        dropout: float | Sequence[float] = 0.0,
+        availability: float | Sequence[float] = 1.0,
+        deadline_s: float = 0.0,
+        late_policy: str = "drop",
+    ) -> None:
+        super().__init__(clients)
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"client_fraction: {fraction} is outside (0, 1]")
+        if late_policy not in ("drop", "admit"):
+            raise ValueError(f"late_policy: unknown {late_policy!r}; choose drop or admit")
+        if deadline_s < 0:
+            raise ValueError(f"round_deadline_s: {deadline_s} must be >= 0")
+        self.dropout = _per_client("client_dropout", dropout, clients)
+        self.availability = _per_client("client_availability", availability, clients)
+        if not ((self.dropout >= 0) & (self.dropout < 1)).all():
+            raise ValueError("client_dropout: every probability must be in [0, 1)")
+        if not ((self.availability > 0) & (self.availability <= 1)).all():
+            raise ValueError("client_availability: every probability must be in (0, 1]")
+        self.per_round = clients_per_round(fraction, clients)
+        self.deadline_s = deadline_s
+        self.late_policy = late_policy
+        self.rng = np.random.default_rng(stream(seed, FEDERATED, SAMPLING_STREAM))
+
+        self.round_open = False
+        self.pending: set[int] = set()
+        """Clients of the open round that have not reported."""
+        self.round_version = 0
+        self.round_closes_s = 0.0
+        """Latest arrival seen in the open round: when it closes."""
+        self.counts = dict.fromkeys(
+            ("rounds", "empty_rounds", "sampled", "dropouts", "late_dropped", "late_admitted"),
+            0,
+        )
+        self.late_staleness = 0
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig) -> FedAvg:
+        profiles = make_profiles(cfg)
+        return cls(
+            population(cfg),
+            cfg.client_fraction,
+            cfg.seed,
+            dropout=[p.dropout for p in profiles],
+            availability=[p.availability for p in profiles],
+            deadline_s=cfg.round_deadline_s,
+            late_policy=cfg.late_policy,
+        )
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def ready(self, idle: Sequence[int], version: int) -> list[int]:
+        if self.round_open:
+            # A pending client can only be idle if its task was lost (a parallel runtime
+            # restarted its worker): start it again from the round's parameters.
+            return sorted(w for w in idle if w in self.pending)
+        if not idle:
+            return []
+        for _ in range(MAX_EMPTY_ROUNDS):
+            survivors = self._sample_round(idle)
+            if survivors:
+                self.round_open = True
+                self.pending = set(survivors)
+                self.round_version = version
+                self.round_closes_s = 0.0
+                self.counts["rounds"] += 1
+                return survivors
+            self.counts["empty_rounds"] += 1
+        raise RuntimeError(
+            f"fedavg: no client took part in {MAX_EMPTY_ROUNDS} rounds in a row; "
+            "client_dropout is too high or client_availability too low"
+        )
+
+    def admit(self, update: Update, staleness: int) -> Verdict:
+        if update.kind != "delta":
+            # Applying a gradient as a model difference with lr 1 would wreck the model.
+            raise RuntimeError(
+                f"fedavg got a {update.kind!r} update from worker {update.worker_id}: the "
+                "runtime must pass the snapshot's task ('delta') on to its workers"
+            )
+        self.pending.discard(update.worker_id)
+        self.round_closes_s = max(self.round_closes_s, self._arrival_s(update))
+        if self._late(update):
+            if self.late_policy == "drop":
+                self.counts["late_dropped"] += 1
+                return Verdict.DROP
+            # Kept in the buffer (so checkpoints hold it) until a round closes after it
+            # truly arrives: combine() leaves it there until then.
+            self.buffer.append((update, staleness))
+            return Verdict.BUFFER
+        return super().admit(update, staleness)
+
+    def reject(self, update: Update) -> Verdict:
+        self.pending.discard(update.worker_id)  # the round closes without it
+        return Verdict.DROP
+
+    def full(self) -> bool:
+        return self.round_open and not self.pending
+
+    def combine(self) -> Step | None:
+        self.round_open = False
+        # What had arrived when the round closed: every on-time Δ of this round, and late
+        # ones (admit) that finished by then. Later ones wait for a later round.
+        arrived = [u for u, _ in self.buffer if u.finished_s <= self.round_closes_s]
+        waiting = [(u, s) for u, s in self.buffer if u.finished_s > self.round_closes_s]
+        self.buffer = []
+        for update in arrived:
+            # Applied now, at the round's version: its staleness in versions.
+            staleness = self.round_version - update.base_version
+            self.buffer.append((update, staleness))
+            if self._late(update):
+                self.counts["late_admitted"] += 1
+                self.late_staleness += staleness
+        step = super().combine()
+        self.buffer = waiting
+        if step is not None:
+            step.clip = False  # a model difference; the clients clipped their gradients
+        return step
+
+    def metrics(self) -> dict[str, float]:
+        """Cumulative round counters for the training rows and the summary."""
+        row: dict[str, float] = {f"sched/{name}": value for name, value in self.counts.items()}
+        row["sched/late_held"] = sum(self._late(u) for u, _ in self.buffer)
+        if self.counts["late_admitted"]:
+            row["sched/late_staleness_mean"] = self.late_staleness / self.counts["late_admitted"]
+        return row
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "rng": self.rng.bit_generator.state,
+            "round_open": self.round_open,
+            "pending": sorted(self.pending),
+            "round_version": self.round_version,
+            "round_closes_s": self.round_closes_s,
+            "counts": dict(self.counts),
+            "late_staleness": self.late_staleness,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.round_open = bool(state["round_open"])
+        self.pending = {int(w) for w in state["pending"]}
+        self.round_version = int(state["round_version"])
+        self.round_closes_s = float(state["round_closes_s"])
+        self.counts = {name: int(value) for name, value in state["counts"].items()}
+        self.late_staleness = int(state["late_staleness"])
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _sample_round(self, idle: Sequence[int]) -> list[int]:
+        """One round's draw: who is available, who is sampled, who does not drop out."""
+        candidates = np.asarray(sorted(idle), dtype=np.int64)
+        if (self.availability < 1).any():
+            reachable = self.rng.random(len(candidates)) < self.availability[candidates]
+            candidates = candidates[reachable]
+        if len(candidates) == 0:
+            return []
+        chosen = self.rng.choice(
+            candidates, size=min(self.per_round, len(candidates)), replace=False
+        )
+        chosen.sort()
+        self.counts["sampled"] += len(chosen)
+        if (self.dropout > 0).any():
+            stays = self.rng.random(len(chosen)) >= self.dropout[chosen]
+            self.counts["dropouts"] += int((~stays).sum())
+            chosen = chosen[stays]
+        return [int(c) for c in chosen]
+
+    def _late(self, update: Update) -> bool:
+        return self.deadline_s > 0 and update.cost_s > self.deadline_s
+
+    def _arrival_s(self, update: Update) -> float:
+        """When the server had this update, or stopped waiting for it."""
+        if self.deadline_s > 0:
+            return min(update.finished_s, update.started_s + self.deadline_s)
+        return update.finished_s
+
+
+def _per_client(name: str, value: float | Sequence[float], clients: int) -> np.ndarray:
+    values = np.asarray(value, dtype=np.float64)
+    if values.ndim == 0:
+        return np.full(clients, float(values))
+    if values.shape != (clients,):
+        raise ValueError(f"{name}: expected one value or {clients}, got {values.shape[0]}")
+    return values.copy()

@@ -1,0 +1,719 @@
+"""Federated averaging across simulated edge clients (issue 6).
+
+Scheduler maths and policy on hand-made updates; client profiles and env variants;
+equivalence with sync; the virtual clock's round time; per-client fairness; memory
+that does not grow with the number of clients; learning on IID CartPole clients.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import weakref
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_update
+
+import hybrid
+from federated.clients import (
+    CARTPOLE_RANGES,
+    ClientCostModel,
+    clients_per_round,
+    make_profiles,
+    set_physics,
+)
+from federated.evaluation import client_returns, fairness
+from hybrid.cli import parse_train_args
+from hybrid.config import ConfigError, TrainConfig
+from hybrid.core.global_model import GlobalModel, Step
+from hybrid.core.loop import initial_params
+from hybrid.core.update import Snapshot
+from hybrid.core.worker import Worker
+from hybrid.envs import describe
+from hybrid.schedulers import SCHEDULERS, FedAvg, Verdict
+
+
+def delta(worker_id: int, values, env_steps: int = 10, base_version: int = 0, **kw):
+    return make_update(worker_id, base_version, values, env_steps=env_steps, kind="delta", **kw)
+
+
+def report_all(s: FedAvg, survivors: list[int], values: dict[int, list[float]], steps=None):
+    for w in survivors:
+        s.admit(delta(w, values[w], env_steps=(steps or {}).get(w, 10)), staleness=0)
+
+
+# --- aggregation maths ----------------------------------------------------------------------
+
+
+def test_fedavg_is_registered_beside_the_others():
+    assert "fedavg" in SCHEDULERS
+    assert FedAvg.payload_kind == "delta"
+
+
+def test_combine_is_the_sample_weighted_mean_of_the_deltas():
+    s = FedAvg(3, fraction=1.0)
+    assert s.ready([0, 1, 2], version=0) == [0, 1, 2]
+    # n_k = 10, 30, 60: (10*[1,2] + 30*[4,-2] + 60*[0.5,1]) / 100 = [1.6, 0.2]
+    report_all(s, [0, 1, 2], {0: [1.0, 2.0], 1: [4.0, -2.0], 2: [0.5, 1.0]}, {1: 30, 2: 60})
+    assert s.full()
+    step = s.combine()
+    torch.testing.assert_close(step.direction, torch.tensor([1.6, 0.2]))
+    assert step.clip is False  # a model difference is not a gradient to clip
+    assert step.lr_scale == 1.0
+
+
+def test_server_sgd_lr1_applies_the_mean_delta_exactly():
+    """FedAvg: θ ← θ − mean Δ = Σ (n_k/n) θ_k when Δ_k = θ − θ_k, even past max_grad_norm."""
+    theta = torch.tensor([1.0, -1.0, 0.5])
+    locals_ = [torch.tensor([3.0, 0.0, 0.5]), torch.tensor([-1.0, -5.0, 2.5])]
+    weights = [1.0, 3.0]
+    model = GlobalModel(theta, optimizer="sgd", lr=1.0, max_grad_norm=0.5)
+    s = FedAvg(2, fraction=1.0)
+    s.ready([0, 1], 0)
+    for k, (local, n) in enumerate(zip(locals_, weights, strict=True)):
+        s.admit(delta(k, (theta - local).tolist(), env_steps=int(n)), 0)
+    model.apply(s.combine())
+    expected = (weights[0] * locals_[0] + weights[1] * locals_[1]) / sum(weights)
+    torch.testing.assert_close(model.params, expected)
+
+
+def test_server_momentum_is_fedavgm():
+    model = GlobalModel(torch.zeros(2), optimizer="sgd", lr=1.0, momentum=0.9)
+    d = torch.tensor([1.0, 2.0])
+    model.apply(Step(d.clone(), clip=False))
+    model.apply(Step(d.clone(), clip=False))
+    # v1 = d, v2 = 0.9 d + d: θ = −d − 1.9 d
+    torch.testing.assert_close(model.params, -2.9 * d)
+
+
+def test_gradients_are_still_clipped():
+    model = GlobalModel(torch.zeros(2), optimizer="sgd", lr=1.0, max_grad_norm=0.5)
+    model.apply(Step(torch.tensor([3.0, 4.0])))
+    torch.testing.assert_close(model.params.norm(), torch.tensor(0.5), atol=1e-5, rtol=0)
+
+
+# --- sampling, rounds, dropout, availability ------------------------------------------------
+
+
+def test_clients_per_round_is_max_one_floor_c_k():
+    assert clients_per_round(0.1, 1000) == 100
+    assert clients_per_round(0.1, 8) == 1
+    assert clients_per_round(0.3, 10) == 3  # 0.3 * 10 is 3.0000000000000004 in floats
+    assert clients_per_round(0.29, 100) == 29
+    assert clients_per_round(1.0, 7) == 7
+
+
+def test_sampling_is_seeded_and_draws_only_idle_clients():
+    rounds = []
+    for seed in (0, 0, 1):
+        s = FedAvg(100, fraction=0.1, seed=seed)
+        picked = s.ready(list(range(100)), 0)
+        assert len(picked) == 10 and picked == sorted(set(picked))
+        rounds.append(picked)
+    assert rounds[0] == rounds[1]
+    assert rounds[0] != rounds[2]
+    s = FedAvg(100, fraction=0.5, seed=3)
+    idle = list(range(0, 100, 3))
+    assert set(s.ready(idle, 0)) <= set(idle)
+
+
+def test_round_stays_open_until_every_sampled_client_reported():
+    s = FedAvg(6, fraction=0.5, seed=1)
+    picked = s.ready(list(range(6)), version=4)
+    assert len(picked) == 3
+    others = [w for w in range(6) if w not in picked]
+    assert s.ready(others, version=4) == []  # the round is open
+    # a sampled client seen idle lost its task (a restarted worker): it starts again
+    assert s.ready([*others, picked[0]], version=4) == [picked[0]]
+    s.admit(delta(picked[0], [1.0], base_version=4), 0)
+    assert s.reject(make_update(picked[1], 4, [float("nan")], kind="delta")) is Verdict.DROP
+    assert not s.full()
+    s.admit(delta(picked[2], [3.0], base_version=4), 0)
+    assert s.full()
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert len(s.ready(list(range(6)), version=5)) == 3  # the next round opens
+    assert s.metrics()["sched/rounds"] == 2
+
+
+def test_state_dict_round_trip_continues_the_same_draws():
+    a = FedAvg(50, fraction=0.2, seed=5, dropout=0.3)
+    first = a.ready(list(range(50)), 0)
+    report_all(a, first, {w: [1.0] for w in first})
+    a.combine()
+    b = FedAvg(50, fraction=0.2, seed=5, dropout=0.3)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert a.ready(list(range(50)), 1) == b.ready(list(range(50)), 1)
+    assert a.metrics() == b.metrics()
+
+
+def test_dropped_out_clients_never_start_and_are_counted():
+    s = FedAvg(200, fraction=0.5, seed=2, dropout=0.25)
+    started = s.ready(list(range(200)), 0)
+    m = s.metrics()
+    assert m["sched/sampled"] == 100
+    assert m["sched/dropouts"] + len(started) == 100
+    assert 10 < m["sched/dropouts"] < 40  # ~25 of 100
+    none = FedAvg(200, fraction=0.5, seed=2)
+    assert len(none.ready(list(range(200)), 0)) == 100
+
+
+def test_a_round_without_survivors_is_skipped_not_stalled():
+    s = FedAvg(1, fraction=1.0, seed=0, dropout=0.9)
+    assert s.ready([0], 0) == [0]  # eventually someone stays
+    assert s.metrics()["sched/empty_rounds"] > 0
+
+
+def test_only_available_clients_are_sampled():
+    availability = [1.0] * 10 + [1e-12] * 10
+    s = FedAvg(20, fraction=0.5, seed=0, availability=availability)
+    for version in range(5):
+        picked = s.ready(list(range(20)), version)
+        assert picked and max(picked) < 10
+        report_all(s, picked, {w: [0.0] for w in picked})
+        s.combine()
+
+
+def test_a_gradient_update_is_refused_loudly():
+    s = FedAvg(2, fraction=1.0)
+    s.ready([0, 1], 0)
+    with pytest.raises(RuntimeError, match="delta"):
+        s.admit(make_update(0, 0, [1.0]), 0)
+
+
+# --- stragglers: deadline and late policy ---------------------------------------------------
+
+
+def test_deadline_drops_late_deltas_and_counts_them():
+    s = FedAvg(3, fraction=1.0, deadline_s=1.0)
+    s.ready([0, 1, 2], 0)
+    assert s.admit(delta(0, [1.0], cost_s=0.5), 0) is Verdict.BUFFER
+    assert s.admit(delta(1, [3.0], cost_s=0.9), 0) is Verdict.BUFFER
+    assert s.admit(delta(2, [100.0], cost_s=4.0), 0) is Verdict.DROP
+    assert s.full()
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert s.metrics()["sched/late_dropped"] == 1
+
+
+def test_late_deltas_can_be_admitted_later_with_their_staleness():
+    s = FedAvg(3, fraction=1.0, deadline_s=1.0, late_policy="admit")
+    s.ready([0, 1, 2], 0)
+    s.admit(delta(0, [1.0], cost_s=0.5), 0)
+    s.admit(delta(1, [1.0], cost_s=0.5), 0)
+    # client 2 runs until t=2.5; the server gives up on it at t=1 and closes the round
+    assert s.admit(delta(2, [10.0], cost_s=2.5), 0) is Verdict.BUFFER
+    assert s.full()
+    torch.testing.assert_close(s.combine().direction, torch.tensor([1.0]))
+    # round 2 (version 1), clients 0 and 1 only (2 is still busy); closes at t=1.8 < 2.5
+    assert s.ready([0, 1], 1) == [0, 1]
+    s.admit(delta(0, [2.0], base_version=1, started_s=1.0, cost_s=0.8), 0)
+    s.admit(delta(1, [2.0], base_version=1, started_s=1.0, cost_s=0.8), 0)
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert s.metrics()["sched/late_held"] == 1
+    # round 3 (version 2) closes at t=3.0: the late Δ has arrived, two versions stale
+    assert s.ready([0, 1, 2], 2) == [0, 1, 2]
+    for w in range(3):
+        s.admit(delta(w, [4.0], base_version=2, started_s=2.0, cost_s=1.0), 0)
+    step = s.combine()
+    torch.testing.assert_close(step.direction, torch.tensor([(3 * 4.0 + 10.0) / 4]))
+    m = s.metrics()
+    assert m["sched/late_admitted"] == 1 and m["sched/late_staleness_mean"] == 2.0
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"client_fraction": 0.0}, "client_fraction"),
+        ({"client_fraction": 1.5}, "client_fraction"),
+        ({"client_fraction": float("nan")}, "client_fraction"),
+        ({"local_steps": 0}, "local_steps"),
+        ({"clients": 0}, "clients"),
+        ({"clients": -3}, "clients"),
+        ({"client_dropout": 1.0}, "client_dropout"),
+        ({"client_dropout": -0.1}, "client_dropout"),
+        ({"client_availability": 0.0}, "client_availability"),
+        ({"client_dynamics": "lognormal_wind"}, "client_dynamics"),
+        ({"client_dynamics": "pole_length", "env": "Pendulum-v1"}, "client_dynamics"),
+        ({"late_policy": "maybe"}, "late_policy"),
+        ({"server_momentum": 1.0}, "server_momentum"),
+        ({"local_optimizer": "lion"}, "local_optimizer"),
+        ({"round_deadline_s": 1.0, "scheduler": "sync"}, "round_deadline_s"),
+        ({"runtime": "processes"}, "runtime"),
+    ],
+)
+def test_bad_settings_are_one_clear_error(changes, field):
+    cfg = TrainConfig(scheduler="fedavg", clients=10).replace(**changes)
+    with pytest.raises(ConfigError, match=f"^{field}: ") as info:
+        cfg.validate()
+    assert "\n" not in str(info.value)
+
+
+def test_the_command_line_reads_naturally():
+    cfg = parse_train_args(
+        [
+            "--scheduler",
+            "fedavg",
+            "--clients",
+            "1000",
+            "--client-fraction",
+            "0.1",
+            "--local-steps",
+            "5",
+        ]
+    )
+    assert (cfg.scheduler, cfg.clients, cfg.client_fraction, cfg.local_steps) == (
+        "fedavg",
+        1000,
+        0.1,
+        5,
+    )
+    cfg.validate()
+
+
+# --- client profiles and env variants ---------------------------------------------------------
+
+
+def test_profiles_are_seeded_and_iid_clients_are_identical():
+    cfg = TrainConfig(scheduler="fedavg", clients=40, client_dynamics="pole_length")
+    a, b = make_profiles(cfg), make_profiles(cfg.replace(seed=0))
+    assert a == b
+    lengths = [p.physics["length"] for p in a]
+    lo, hi = CARTPOLE_RANGES["length"]
+    assert all(lo <= x <= hi for x in lengths) and np.std(lengths) > 0.1
+    assert make_profiles(cfg.replace(seed=1)) != a
+    iid = make_profiles(cfg.replace(client_dynamics="iid"))
+    assert {(p.dynamics, p.slowness, p.uplink_mbps, p.dropout) for p in iid} == {
+        ((), 1.0, 10.0, 0.0)
+    }
+
+
+def test_straggler_profiles_have_the_exact_fraction():
+    cfg = TrainConfig(clients=50, cluster="stragglers", straggler_fraction=0.2)
+    slow = [p for p in make_profiles(cfg) if p.slowness == cfg.straggler_slowdown]
+    assert len(slow) == 10
+
+
+def test_env_variants_change_the_physics():
+    import gymnasium as gym
+
+    def first_step(physics):
+        env = gym.make("CartPole-v1").unwrapped
+        set_physics(env, physics)
+        env.reset(seed=0)
+        return env.step(1)[0]
+
+    default, long_pole = first_step({}), first_step({"length": 1.0})
+    assert not np.allclose(default, long_pole)
+    env = gym.make("CartPole-v1").unwrapped
+    set_physics(env, {"length": 0.8, "masscart": 2.0})
+    assert env.polemass_length == pytest.approx(env.masspole * 0.8)
+    assert env.total_mass == pytest.approx(env.masspole + 2.0)
+    pendulum = gym.make("Pendulum-v1").unwrapped
+    set_physics(pendulum, {"m": 1.4, "l": 0.6, "g": 12.0})
+    assert (pendulum.m, pendulum.l, pendulum.g) == (1.4, 0.6, 12.0)
+    with pytest.raises(ValueError, match="no physical attribute"):
+        set_physics(pendulum, {"length": 1.0})
+
+
+def test_a_client_worker_runs_its_own_variant():
+    cfg = TrainConfig(scheduler="fedavg", clients=5, client_dynamics="all")
+    worker = Worker(3, cfg, describe(cfg.env))
+    env = worker.runner.envs.envs[1].unwrapped
+    physics = make_profiles(cfg)[3].physics
+    assert (env.length, env.masscart, env.gravity) == (
+        physics["length"],
+        physics["masscart"],
+        physics["gravity"],
+    )
+    worker.close()
+
+
+# --- the client's local training --------------------------------------------------------------
+
+
+def _local_delta(cfg: TrainConfig, theta: torch.Tensor) -> torch.Tensor:
+    worker = Worker(0, cfg, describe(cfg.env))
+    update = worker.run_local_training(Snapshot(theta.clone(), 7, task="delta"))
+    assert update.kind == "delta" and update.base_version == 7
+    assert update.env_steps == cfg.local_steps * cfg.rollout_steps * cfg.envs_per_worker
+    assert ("losses/prox_drift" in update.stats) == (cfg.prox_mu > 0)
+    torch.testing.assert_close(theta - update.payload, worker.flat.flat)  # Δ = θ_g − θ_local
+    worker.close()
+    return update.payload
+
+
+def test_fedprox_term_by_hand():
+    """Two local SGD steps. Step 1 starts at θ_g, where the proximal gradient is 0, so
+    θ1 = θ_g − η g1 whatever μ. Step 2 adds μ(θ1 − θ_g) = −μ η g1 to the same g2 (same
+    θ1, same seeds), so Δ_μ = Δ_0 − η μ (η g1) = Δ_0 − η μ Δ(E=1)."""
+    eta, mu = 0.05, 2.0
+    cfg = TrainConfig(scheduler="fedavg", local_optimizer="sgd", local_lr=eta, max_grad_norm=0.0)
+    theta = initial_params(cfg, describe(cfg.env))
+    one_step = _local_delta(cfg.replace(local_steps=1), theta)
+    plain = _local_delta(cfg.replace(local_steps=2), theta)
+    prox = _local_delta(cfg.replace(local_steps=2, prox_mu=mu), theta)
+    assert float(one_step.norm()) > 0
+    torch.testing.assert_close(prox, plain - eta * mu * one_step, rtol=0, atol=1e-6)
+    assert float(prox.norm()) < float(plain.norm())  # pulled back toward θ_global
+
+
+def _sgd_pair(tiny_config, tmp_path, eta: float, **changes):
+    common = dict(
+        max_grad_norm=0.0,
+        cluster="heterogeneous",
+        eval_every=10**6,
+        stop_when_solved=False,
+        **changes,
+    )
+    sync = hybrid.train(
+        tiny_config(out=str(tmp_path / "sync"), scheduler="sync", optimizer="sgd", lr=eta, **common)
+    )
+    fed = hybrid.train(
+        tiny_config(
+            out=str(tmp_path / "fedavg"),
+            scheduler="fedavg",
+            client_fraction=1.0,
+            local_steps=1,
+            local_optimizer="sgd",
+            local_lr=eta,
+            optimizer="sgd",
+            lr=1.0,
+            **common,
+        )
+    )
+    return sync, fed
+
+
+def test_fedavg_one_local_sgd_step_equals_sync_sgd(tiny_config, tmp_path):
+    """E=1, C=1, local SGD η, server SGD lr 1: θ − mean(θ − (θ − η g_k)) = θ − η mean(g_k).
+
+    Worker k is client k with the same seeds and the same env stream, so the clients see
+    exactly the data sync's workers see; only float rounding in θ − θ_local differs.
+    """
+    sync, fed = _sgd_pair(tiny_config, tmp_path, eta=0.05, total_env_steps=600)
+    assert sync.summary["updates"] == fed.summary["updates"] == 20
+    start = initial_params(sync.config, describe(sync.config.env))
+    assert not torch.allclose(sync.params, start, atol=1e-3)  # the runs moved
+    torch.testing.assert_close(fed.params, sync.params, rtol=0, atol=2e-6)
+
+
+def test_on_demand_clients_see_sync_workers_data_in_the_first_round(tiny_config, tmp_path):
+    """A client's first-round env and sampling seeds are those of worker k's first task."""
+    sync, fed = _sgd_pair(tiny_config, tmp_path, eta=0.05, total_env_steps=30, clients=3)
+    assert sync.summary["updates"] == fed.summary["updates"] == 1
+    torch.testing.assert_close(fed.params, sync.params, rtol=0, atol=1e-6)
+
+
+# --- the virtual clock --------------------------------------------------------------------------
+
+
+def _one_round(tiny_config, tmp_path, name: str, **changes):
+    cfg = tiny_config(
+        out=str(tmp_path / name),
+        scheduler="fedavg",
+        clients=4,
+        client_fraction=1.0,
+        local_steps=2,
+        eval_every=10**6,
+        cluster="heterogeneous",
+        speed_sigma=1.0,
+        client_link_sigma=0.5,
+        client_eval_clients=4,
+        **({"total_env_steps": 4 * 2 * 2 * 5} | changes),  # one round: 4 clients x E=2 x 2 x 5
+    )
+    return cfg, hybrid.train(cfg).summary
+
+
+def test_round_time_is_the_slowest_surviving_client_with_its_links(tiny_config, tmp_path):
+    cfg, summary = _one_round(tiny_config, tmp_path, "round")
+    numel = initial_params(cfg, describe(cfg.env)).numel()
+    cost = ClientCostModel(cfg)
+    times = [sum(cost.duration(k, 20, 4 * numel, 4 * numel, 2, 0)) for k in range(4)]
+    assert len(set(times)) == 4  # heterogeneous devices and links
+    assert summary["rounds"] == 1
+    assert summary["virtual_time_s"] == pytest.approx(max(times), rel=1e-12)
+
+    # A deadline between the two slowest: the round ends at the deadline, one Δ is late.
+    ordered = sorted(times)
+    deadline = (ordered[-2] + ordered[-1]) / 2
+    _, cut = _one_round(tiny_config, tmp_path, "deadline", round_deadline_s=deadline)
+    assert cut["virtual_time_s"] == pytest.approx(deadline, rel=1e-12)
+    assert cut["late_dropped"] == cut["dropped"] == 1
+    assert cut["bytes_up"] == summary["bytes_up"]  # the late Δ was sent all the same
+
+    # A second round starts at the deadline, without the straggler (still busy): it ends
+    # when its slowest client does, or at its own deadline.
+    late = times.index(ordered[-1])
+    others = [k for k in range(4) if k != late]
+    second = max(sum(cost.duration(k, 20, 4 * numel, 4 * numel, 2, 1)) for k in others)
+    _, two = _one_round(
+        tiny_config, tmp_path, "two", round_deadline_s=deadline, total_env_steps=80 + 60
+    )
+    assert two["rounds"] == 2 and two["tasks"] == 7
+    assert two["virtual_time_s"] == pytest.approx(deadline + min(second, deadline), rel=1e-12)
+
+
+def test_stragglers_admitted_late_carry_staleness(tiny_config, tmp_path):
+    cfg = tiny_config(
+        scheduler="fedavg",
+        clients=10,
+        client_fraction=0.5,
+        local_steps=2,
+        total_env_steps=4_000,
+        eval_every=10**6,
+        cluster="stragglers",
+        straggler_fraction=0.3,
+        straggler_slowdown=10.0,
+        round_deadline_s=0.05,
+        late_policy="admit",
+        client_eval_clients=4,
+    )
+    summary = hybrid.train(cfg).summary
+    assert summary["late_admitted"] > 0
+    assert summary["late_staleness_mean"] >= 1.0
+    assert summary["dropped"] == 0
+
+
+def test_federated_runs_are_reproducible(tiny_config, tmp_path):
+    common = dict(
+        scheduler="fedavg",
+        clients=12,
+        client_fraction=0.5,
+        local_steps=2,
+        client_dynamics="all",
+        client_dropout=0.2,
+        client_availability=0.8,
+        cluster="stragglers",
+        round_deadline_s=0.05,
+        late_policy="admit",
+        client_eval_clients=3,
+        total_env_steps=1_000,
+    )
+    hashes = [
+        hybrid.train(tiny_config(out=str(tmp_path / name), seed=seed, **common)).summary
+        for name, seed in (("a", 0), ("b", 0), ("c", 1))
+    ]
+    assert hashes[0]["final_params_sha256"] == hashes[1]["final_params_sha256"]
+    assert hashes[0]["virtual_time_s"] == hashes[1]["virtual_time_s"]
+    assert hashes[0]["final_params_sha256"] != hashes[2]["final_params_sha256"]
+    assert hashes[0]["dropouts"] > 0
+
+
+def test_resume_is_bit_exact_with_late_deltas_in_flight(tiny_config, tmp_path):
+    """Held late Δs live in the scheduler's buffer and late devices in the runtime's
+    state, so a checkpoint taken mid-run resumes to the same parameters and rows."""
+    import shutil
+
+    from hybrid.checkpoint import list_checkpoints
+
+    cfg = tiny_config(
+        scheduler="fedavg",
+        clients=12,
+        client_fraction=0.5,
+        local_steps=2,
+        client_dynamics="all",
+        client_dropout=0.2,
+        client_availability=0.8,
+        cluster="stragglers",
+        round_deadline_s=0.03,
+        late_policy="admit",
+        client_eval_clients=3,
+        total_env_steps=2_000,
+        checkpoint_every=3,
+        keep_checkpoints=100,
+        stop_when_solved=False,
+        eval_every=700,
+    )
+    full = hybrid.train(cfg)
+    assert full.summary["late_admitted"] > 0
+    checkpoints = list_checkpoints(full.run_dir)
+    crashed = tmp_path / "crashed"
+    shutil.copytree(full.run_dir, crashed)
+    (crashed / "summary.json").unlink()
+    keep = list_checkpoints(crashed)[len(checkpoints) // 2]
+    for later in list_checkpoints(crashed):
+        if later.name > keep.name:
+            later.unlink()
+    resumed = hybrid.train(resume=str(crashed))
+    assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
+    for key in ("virtual_time_s", "rounds", "late_admitted", "dropouts", "client_eval_mean"):
+        assert resumed.summary[key] == full.summary[key], key
+    wall = {"wall_s", "perf/env_steps_per_s", "perf/virtual_clock_s"}
+
+    def rows(run_dir):
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(x).items() if k not in wall} for x in lines]
+
+    assert rows(crashed) == rows(full.run_dir)
+
+
+# --- per-client evaluation ---------------------------------------------------------------------
+
+
+def test_fairness_figures_by_hand():
+    per_client = np.array([10.0, 50.0, 20.0, 40.0, 30.0, 60.0, 70.0, 80.0, 90.0, 100.0, 5.0])
+    figures = fairness(per_client)
+    assert figures["client_eval_mean"] == pytest.approx(per_client.mean())
+    # 10% of 11 clients rounds up to 2: the worst two are 5 and 10
+    assert figures["client_eval_worst10"] == pytest.approx(7.5)
+    assert figures["client_eval_std"] == pytest.approx(per_client.std())
+    assert fairness(np.array([3.0]))["client_eval_worst10"] == 3.0
+    assert figures["client_eval_returns"] == per_client.tolist()  # in client order
+
+
+def test_clients_differ_only_by_their_dynamics():
+    cfg = TrainConfig(scheduler="fedavg", clients=6, client_eval_episodes=2)
+    info = describe(cfg.env)
+    theta = initial_params(cfg, info)
+    iid = client_returns(cfg, info, theta, list(range(6)))
+    assert (iid == iid[0]).all()  # same episode seeds, same env: the same returns
+    varied = client_returns(cfg.replace(client_dynamics="pole_length"), info, theta, range(6))
+    assert len({tuple(r) for r in varied}) > 1
+
+
+def test_summary_reports_fairness_across_clients(tiny_config):
+    cfg = tiny_config(
+        scheduler="fedavg", clients=30, client_dynamics="pole_length", client_eval_clients=7
+    )
+    summary = hybrid.train(cfg).summary
+    assert summary["client_eval_clients"] == 7
+    assert summary["client_eval_worst10"] <= summary["client_eval_mean"]
+    assert summary["client_eval_std"] >= 0
+    assert "final_eval_return" in summary  # the default env, as for every run
+
+
+# --- scale: memory grows with the clients per round, not with K ----------------------------
+
+
+def test_on_demand_clients_hold_no_worker_between_tasks(monkeypatch):
+    from hybrid.runtimes.serial import SerialRuntime
+
+    built: list[int] = []
+    alive: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+    class Tracked(Worker):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self.worker_id)
+            alive.add(self)
+
+    monkeypatch.setattr("hybrid.runtimes.serial.Worker", Tracked)
+    cfg = TrainConfig(scheduler="fedavg", clients=200, local_steps=1, client_dynamics="gravity")
+    runtime = SerialRuntime(cfg, describe(cfg.env))
+    theta = initial_params(cfg, describe(cfg.env))
+    for client in range(0, 200, 10):
+        runtime.dispatch(client, Snapshot(theta, 0, task="delta"))
+    gc.collect()
+    assert built == list(range(0, 200, 10))  # one build per task, none up front
+    assert len(alive) == 0 and runtime.workers == []
+    assert len(runtime.idle_workers()) == 180
+    runtime.close()
+
+
+RSS_SCRIPT = textwrap.dedent(
+    """
+    import json, resource, sys, tempfile
+    import hybrid
+    from hybrid import TrainConfig
+    from federated.clients import clients_per_round
+    k = int(sys.argv[1])
+    m = clients_per_round(0.1, k)
+    cfg = TrainConfig(
+        scheduler="fedavg", clients=k, client_fraction=0.1, local_steps=1,
+        client_dynamics="pole_length", total_env_steps=3 * m * 10, eval_every=10**9,
+        eval_episodes=2, client_eval_clients=10, progress=False,
+        out=tempfile.mkdtemp() + "/run",
+    )
+    summary = hybrid.train(cfg).summary
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"rounds": summary["rounds"], "tasks": summary["tasks"], "rss_mb": rss_mb}))
+    """
+)
+
+
+def _peak_rss(clients: int) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, str(clients)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_thousand_clients_cost_no_more_memory_than_ten():
+    """1,000 clients x 3 rounds (100 per round) against the same run with 10 clients.
+
+    The issue's bound is 200 MB; 1,000 persistent workers alone would take ~100 MB
+    (measured), so the tighter 50 MB bound is what catches clients kept between rounds.
+    """
+    small, large = _peak_rss(10), _peak_rss(1000)
+    assert small["rounds"] == large["rounds"] == 3
+    assert large["tasks"] == 300
+    growth = large["rss_mb"] - small["rss_mb"]
+    assert growth < 200
+    assert growth < 50, f"peak RSS grew by {growth:.0f} MB"
+
+
+# --- learning ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_fedavg_on_iid_clients_solves_cartpole(tmp_path):
+    cfg = TrainConfig(
+        scheduler="fedavg",
+        clients=10,
+        client_fraction=0.5,
+        local_steps=50,
+        rollout_steps=10,  # 500 steps per env and round: whole episodes on a fresh env
+        local_optimizer="adam",
+        local_lr=1e-3,
+        optimizer="sgd",
+        lr=1.0,
+        total_env_steps=100_000,
+        seed=0,
+        client_eval_clients=10,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
+    summary = hybrid.train(cfg).summary
+    assert summary["solved"] is True
+    assert summary["final_eval_return"] >= 475
+    assert summary["client_eval_worst10"] >= 475  # IID: every client is served
+    assert math.isfinite(summary["virtual_time_s"])
+
+
+# --- ray ---------------------------------------------------------------------------------------
+
+
+def test_fedavg_on_ray_matches_serial(tmp_path):
+    pytest.importorskip("ray", reason="the ray runtime is an extra: pip install hybrid-rl[ray]")
+    cfg = TrainConfig(
+        scheduler="fedavg",
+        clients=2,  # one actor per client: no more than this machine's 2 cores
+        client_fraction=1.0,
+        local_steps=2,
+        optimizer="sgd",
+        lr=1.0,
+        client_dynamics="pole_length",
+        total_env_steps=2 * 2 * 2 * 5 * 3,  # three rounds
+        eval_every=10**6,
+        eval_episodes=2,
+        client_eval_clients=2,
+        stop_when_solved=False,
+        progress=False,
+    )
+    serial = hybrid.train(cfg.replace(out=str(tmp_path / "serial")))
+    on_ray = hybrid.train(cfg.replace(runtime="ray", out=str(tmp_path / "ray")))
+    assert on_ray.summary["updates"] == serial.summary["updates"] == 3
+    # Same seeds, same Δs; only the arrival order (so the summation order) may differ.
+    torch.testing.assert_close(on_ray.params, serial.params, rtol=0, atol=1e-6)
