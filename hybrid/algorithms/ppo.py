@@ -1,0 +1,456 @@
+"""PPO: the clipped surrogate (Schulman et al. 2017), for single-agent tasks and as MAPPO's base.
+
+How PPO fits a core where a task returns one payload
+----------------------------------------------------
+PPO's gain over A2C is that it takes many minibatch steps on one batch of data;
+the clipped ratio π_θ/π_old keeps those steps near the policy that collected
+the batch. One gradient of the clipped loss taken at θ_old is worth nothing
+more than A2C's (the ratio is 1 and nothing is clipped), so the epochs must
+happen somewhere. They happen where the schedule already allows several steps
+per batch of experience:
+
+- ``sync`` / ``async`` / ``bounded`` (payload: a direction). The worker runs
+  ``ppo_epochs × ppo_minibatches`` steps of its own local Adam on its rollout
+  and sends the pseudo-gradient Δ = θ_snapshot − θ_local (``kind="delta"``),
+  which the loop applies through the server optimizer like any direction. With
+  ``--optimizer sgd --lr 1`` the server applies Δ as it is: one worker is then
+  exactly CleanRL-style PPO, ``sync`` averages the workers' local results
+  (FedAvg's rule) and ``async`` adds each worker's displacement to the current
+  θ. With ``adam`` the server treats Δ as a direction of its own step size
+  (FedAdam's rule) — slower, but stable. The local Adam state is worker state,
+  kept across tasks as a single PPO process keeps it across iterations.
+- ``hybrid`` (payload: trajectories). ``PPOLearner`` takes the epochs on the
+  learner, each minibatch one server step; the ratio is taken against the
+  actors' behaviour log-probabilities, so the clip also bounds the policy lag.
+- ``fedavg`` (local steps on fresh rollouts): each local step is one gradient
+  of ``PPOLoss`` — the clipped loss at the current local θ.
+
+Value normalization (MAPPO's "ValueNorm"): the critic predicts values in units of
+a running mean and standard deviation of the value targets. Those statistics
+are not trainable and a gradient cannot carry them, so they cannot live in the
+flat θ a gradient-pushing server updates. They live with whoever computes
+targets: each worker (gradient and Δ paths) or the learner (``hybrid``). Every
+worker samples the same task, so the workers' statistics estimate the same
+quantity and agree ever more closely; they are independent of the scheduler and
+the runtime (each worker's are a function of its own data), so serial,
+processes and ray runs stay identical. A restarted worker starts them afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hybrid.algorithms.a2c import gae
+from hybrid.algorithms.rollout import Rollout, concat_rollouts
+from hybrid.config import TrainConfig
+from hybrid.core.global_model import GlobalModel, Step
+from hybrid.core.learner import Learner
+from hybrid.nets import FlatParams
+
+
+class ValueNorm:
+    """Running mean and variance of value targets, as a debiased exponential average.
+
+    ``beta`` close to 1 averages over (almost) all batches seen so far, which is
+    what MAPPO's ValueNorm does (beta = 0.99999): the statistics move slowly, so
+    the critic's targets keep their meaning from one batch to the next.
+    """
+
+    def __init__(self, beta: float = 0.99999, eps: float = 1e-5) -> None:
+        self.beta, self.eps = beta, eps
+        self.mean = 0.0
+        self.mean_sq = 0.0
+        self.weight = 0.0
+
+    def update(self, x: torch.Tensor) -> None:
+        if x.numel() == 0:
+            return
+        x = x.double()
+        b = self.beta
+        self.mean = b * self.mean + (1 - b) * float(x.mean())
+        self.mean_sq = b * self.mean_sq + (1 - b) * float((x * x).mean())
+        self.weight = b * self.weight + (1 - b)
+
+    def stats(self) -> tuple[float, float]:
+        if self.weight <= 0:
+            return 0.0, 1.0
+        mean = self.mean / max(self.weight, self.eps)
+        var = max(self.mean_sq / max(self.weight, self.eps) - mean * mean, 1e-2)
+        return mean, var**0.5
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, std = self.stats()
+        return (x - mean) / std
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, std = self.stats()
+        return x * std + mean
+
+
+@dataclass
+class PPOBatch:
+    """Samples of one rollout ready for the clipped loss, indexable along the first axis.
+
+    Single-agent: ``[B, ...]`` with B = T·E. Multi-agent: ``[B, N, ...]`` with B
+    joint steps and ``mask`` marking the agents that acted.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    old_logp: torch.Tensor
+    old_values: torch.Tensor
+    """Critic outputs when the batch was prepared (normalized units under ValueNorm)."""
+    advantages: torch.Tensor
+    targets: torch.Tensor
+    """Value targets, in the critic's units."""
+    mask: torch.Tensor | None = None
+    state: torch.Tensor | None = None
+    """Centralized critic input ``[B, S]`` (MAPPO)."""
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+    def take(self, index: torch.Tensor | None) -> PPOBatch:
+        if index is None:
+            return self
+        values = {}
+        for f in fields(self):
+            tensor = getattr(self, f.name)
+            values[f.name] = None if tensor is None else tensor[index]
+        return PPOBatch(**values)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    if mask is None:
+        return x.mean()
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def evaluate(model: Any, batch: PPOBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log π(a|s), entropy, value) of the batch under the model's current parameters."""
+    logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
+    values = model.value(batch.obs) if batch.state is None else model.value(batch.obs, batch.state)
+    return logp, entropy, values
+
+
+def ppo_loss(
+    logp: torch.Tensor,
+    entropy: torch.Tensor,
+    values: torch.Tensor,
+    batch: PPOBatch,
+    clip_coef: float = 0.2,
+    clip_vloss: bool = True,
+    ent_coef: float = 0.01,
+    vf_coef: float = 0.5,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped surrogate, the (optionally clipped) value loss and the entropy bonus."""
+    log_ratio = logp - batch.old_logp
+    ratio = log_ratio.exp()
+    adv = batch.advantages
+    surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv)
+    policy_loss = -masked_mean(surrogate, batch.mask)
+    value_error = (values - batch.targets).pow(2)
+    if clip_vloss:
+        # Keep the critic, too, near the values it predicted when the batch was collected.
+        clipped = batch.old_values + (values - batch.old_values).clamp(-clip_coef, clip_coef)
+        value_error = torch.max(value_error, (clipped - batch.targets).pow(2))
+    value_loss = 0.5 * masked_mean(value_error, batch.mask)
+    entropy_mean = masked_mean(entropy, batch.mask)
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    with torch.no_grad():
+        approx_kl = masked_mean((ratio - 1) - log_ratio, batch.mask)
+        clipfrac = masked_mean(((ratio - 1).abs() > clip_coef).float(), batch.mask)
+    return loss, {
+        "losses/policy": float(policy_loss.detach()),
+        "losses/value": float(value_loss.detach()),
+        "losses/entropy": float(entropy_mean.detach()),
+        "losses/approx_kl": float(approx_kl),
+        "losses/clipfrac": float(clipfrac),
+    }
+
+
+def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    valid = advantages if mask is None else advantages[mask > 0]
+    if valid.numel() < 2:
+        return advantages
+    return (advantages - valid.mean()) / (valid.std() + 1e-8)
+
+
+# --- single-agent rollouts -------------------------------------------------------------------
+
+
+def prepare_rollout(
+    model: Any,
+    rollout: Rollout,
+    gamma: float,
+    gae_lambda: float,
+    value_norm: ValueNorm | None,
+    normalize_adv: bool = True,
+    with_old_logp: bool = True,
+) -> PPOBatch:
+    """GAE advantages and value targets of a single-agent rollout, at the model's θ."""
+    T, E = rollout.rewards.shape
+    obs = rollout.obs.reshape(T * E, -1)
+    finals = list(rollout.final_obs.items())
+    with torch.no_grad():
+        inputs = [obs, rollout.last_obs] + [o.unsqueeze(0) for _, o in finals]
+        raw = model.value(torch.cat(inputs))
+        v = value_norm.denormalize(raw) if value_norm is not None else raw
+        rewards = rollout.rewards.numpy().copy()
+        final_v = v[(T + 1) * E :].numpy()
+        # A time limit is not a terminal state: bootstrap from the state it cut off.
+        for k, ((t, i), _) in enumerate(finals):
+            rewards[t, i] += gamma * float(final_v[k])
+        values = v[: T * E].numpy().reshape(T, E)
+        next_values = v[E : (T + 1) * E].numpy().reshape(T, E)
+        not_done = (~(rollout.terminated | rollout.truncated)).numpy().astype(np.float32)
+        adv = torch.from_numpy(gae(rewards, values, next_values, not_done, gamma, gae_lambda))
+        returns = (adv + torch.from_numpy(values)).reshape(-1)
+        if value_norm is not None:
+            value_norm.update(returns)
+            targets = value_norm.normalize(returns)
+        else:
+            targets = returns
+        actions = rollout.actions.reshape(T * E, *rollout.actions.shape[2:])
+        if rollout.behaviour_logp is not None:
+            old_logp = rollout.behaviour_logp.reshape(-1)
+        elif with_old_logp:
+            old_logp, _ = model.log_prob_entropy(obs, actions)
+        else:
+            old_logp = torch.zeros(T * E)
+        advantages = adv.reshape(-1)
+        if normalize_adv:
+            advantages = normalize_advantages(advantages, None)
+    return PPOBatch(obs, actions, old_logp, raw[: T * E], advantages, targets.float())
+
+
+# --- where the epochs run ----------------------------------------------------------------------
+
+Prepare = Callable[[Any, Any, ValueNorm | None, bool, bool], PPOBatch]
+"""(model, rollout, value_norm, normalize_adv, with_old_logp) -> PPOBatch."""
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    epochs: int
+    minibatches: int
+    clip_coef: float
+    clip_vloss: bool
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    lr: float
+    adam_eps: float
+    value_norm: bool
+    normalize_advantages: bool
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig) -> PPOSettings:
+        return cls(
+            epochs=cfg.ppo_epochs,
+            minibatches=cfg.ppo_minibatches,
+            clip_coef=cfg.clip_coef,
+            clip_vloss=cfg.clip_vloss,
+            ent_coef=cfg.ent_coef,
+            vf_coef=cfg.vf_coef,
+            max_grad_norm=cfg.max_grad_norm,
+            lr=cfg.ppo_lr,
+            adam_eps=cfg.adam_eps,
+            value_norm=cfg.value_norm,
+            normalize_advantages=True,
+        )
+
+    def loss(
+        self, model: Any, batch: PPOBatch, old_from_current: bool = False
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        logp, entropy, values = evaluate(model, batch)
+        if old_from_current:  # one step at θ_old: the ratio is 1 by definition
+            batch.old_logp, batch.old_values = logp.detach(), values.detach()
+        return ppo_loss(
+            logp,
+            entropy,
+            values,
+            batch,
+            self.clip_coef,
+            self.clip_vloss,
+            self.ent_coef,
+            self.vf_coef,
+        )
+
+
+def minibatches(n: int, count: int, epochs: int, generator: torch.Generator) -> Iterator[Any]:
+    """Index sets of ``epochs`` shuffled passes over ``n`` samples in ``count`` minibatches
+    (``None``: the whole batch, which needs no shuffle)."""
+    if count == 1:
+        yield from (None for _ in range(epochs))
+        return
+    size = max(1, n // count)
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, size * count, size):
+            yield order[start : start + size]
+
+
+class _StatsWindow:
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = {}
+
+    def add(self, stats: dict[str, float]) -> None:
+        for name, value in stats.items():
+            self.values.setdefault(name, []).append(value)
+
+    def drain(self) -> dict[str, float]:
+        row = {name: float(np.mean(v)) for name, v in self.values.items()}
+        self.values = {}
+        return row
+
+
+class PPOLoss:
+    """One gradient of the clipped loss on a fresh rollout (the worker's ``loss``).
+
+    At the parameters that collected the rollout the ratio is 1, so this is the
+    A2C gradient with PPO's advantage and value handling; it is what A2C on a
+    multi-agent task uses, and what each ``fedavg`` local step uses.
+    """
+
+    def __init__(self, settings: PPOSettings, prepare: Prepare, normalize_adv: bool) -> None:
+        self.settings = settings
+        self.prepare = prepare
+        self.normalize_adv = normalize_adv
+        self.value_norm = ValueNorm() if settings.value_norm else None
+
+    def __call__(self, model: Any, rollout: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        batch = self.prepare(model, rollout, self.value_norm, self.normalize_adv, False)
+        return self.settings.loss(model, batch, old_from_current=True)
+
+
+class LocalPPO:
+    """The worker's PPO epochs on a local Adam; returns Δ = θ_snapshot − θ_local."""
+
+    def __init__(self, settings: PPOSettings, prepare: Prepare) -> None:
+        self.settings = settings
+        self.prepare = prepare
+        self.value_norm = ValueNorm() if settings.value_norm else None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.param: nn.Parameter | None = None
+
+    def __call__(
+        self, model: nn.Module, flat: FlatParams, rollout: Any, generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        s = self.settings
+        if self.optimizer is None:
+            # Adam over the one flat buffer the model's parameters are views of: a single
+            # tensor per step instead of one per layer (the step is a large share of PPO's cost).
+            self.param = nn.Parameter(flat.flat, requires_grad=False)
+            self.optimizer = torch.optim.Adam([self.param], lr=s.lr, eps=s.adam_eps)
+        assert self.param is not None
+        start = flat.flat.clone()
+        batch = self.prepare(model, rollout, self.value_norm, s.normalize_advantages, True)
+        window = _StatsWindow()
+        for index in minibatches(len(batch), s.minibatches, s.epochs, generator):
+            loss, stats = s.loss(model, batch.take(index))
+            flat.zero_grad()
+            loss.backward()
+            grad = flat.grad()
+            if s.max_grad_norm > 0:
+                norm = float(torch.linalg.vector_norm(grad))
+                if norm > s.max_grad_norm:
+                    grad.mul_(s.max_grad_norm / (norm + 1e-6))
+            self.param.grad = grad
+            self.optimizer.step()
+            window.add(stats)
+        self.param.grad = None
+        delta = start - flat.flat
+        return delta, window.drain()
+
+
+class PPOLearner(Learner):
+    """PPO epochs on the learner of the ``hybrid`` scheduler: one server step per minibatch.
+
+    The batch's advantages and targets are computed once, at the learner's θ
+    when the batch arrives; the ratio is taken against the actors' behaviour
+    log-probabilities, so the clip bounds how far each step moves from the
+    (possibly lagging) policy that acted.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        settings: PPOSettings,
+        prepare: Prepare,
+        concat: Callable[[list[Any]], Any] = concat_rollouts,
+        seed: int = 0,
+    ) -> None:
+        from hybrid.core.learner import _LagWindow
+
+        self.model = model
+        self.flat = FlatParams(model)
+        self.settings = settings
+        self.prepare = prepare
+        self.concat = concat
+        self.value_norm = ValueNorm() if settings.value_norm else None
+        self.generator = torch.Generator().manual_seed(seed)
+        self.window = _StatsWindow()
+        self.lags = _LagWindow()
+
+    def steps(self, step: Step, model: GlobalModel, progress: float) -> Iterator[Step]:
+        assert step.batch is not None
+        self.lags.add(step.lags)
+        s = self.settings
+        self.flat.load(model.params)
+        batch = self.prepare(
+            self.model, self.concat(step.batch), self.value_norm, s.normalize_advantages, True
+        )
+        for index in minibatches(len(batch), s.minibatches, s.epochs, self.generator):
+            self.flat.load(model.params)  # each step builds on the last one applied
+            self.flat.zero_grad()
+            loss, stats = s.loss(self.model, batch.take(index))
+            loss.backward()
+            self.window.add(stats)
+            yield Step(self.flat.grad(), step.lr_scale)
+
+    def metrics(self) -> dict[str, float]:
+        return self.window.drain() | self.lags.drain()
+
+
+# --- registry helpers (single-agent) ------------------------------------------------------------
+
+
+def single_agent_prepare(cfg: TrainConfig) -> Prepare:
+    def prepare(
+        model: Any,
+        rollout: Rollout,
+        value_norm: ValueNorm | None,
+        normalize_adv: bool,
+        with_old_logp: bool,
+    ) -> PPOBatch:
+        return prepare_rollout(
+            model, rollout, cfg.gamma, cfg.gae_lambda, value_norm, normalize_adv, with_old_logp
+        )
+
+    return prepare
+
+
+def ppo_loss_fn(cfg: TrainConfig) -> PPOLoss:
+    return PPOLoss(PPOSettings.from_config(cfg), single_agent_prepare(cfg), True)
+
+
+def ppo_local_update(cfg: TrainConfig) -> LocalPPO:
+    return LocalPPO(PPOSettings.from_config(cfg), single_agent_prepare(cfg))
+
+
+def ppo_learner(cfg: TrainConfig, model: nn.Module) -> PPOLearner:
+    from hybrid.seeding import LEARNER, int_seed, stream
+
+    return PPOLearner(
+        model,
+        PPOSettings.from_config(cfg),
+        single_agent_prepare(cfg),
+        seed=int_seed(stream(cfg.seed, LEARNER)),
+    )

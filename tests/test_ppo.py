@@ -1,0 +1,187 @@
+"""PPO: the clipped loss, the worker's local epochs (Δ payload), the learner's epochs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hybrid
+from hybrid.algorithms.ppo import PPOBatch, ValueNorm, minibatches, ppo_loss
+from hybrid.config import ConfigError, TrainConfig
+from hybrid.core.loop import initial_params
+from hybrid.core.update import Snapshot
+from hybrid.core.worker import Worker
+from hybrid.envs import describe
+
+
+def _batch(old_logp, adv, **kw) -> PPOBatch:
+    n = len(old_logp)
+    return PPOBatch(
+        obs=torch.zeros(n, 1),
+        actions=torch.zeros(n),
+        old_logp=torch.tensor(old_logp),
+        old_values=kw.get("old_values", torch.zeros(n)),
+        advantages=torch.tensor(adv),
+        targets=kw.get("targets", torch.zeros(n)),
+        mask=kw.get("mask"),
+    )
+
+
+def test_the_surrogate_stops_pushing_once_the_ratio_leaves_the_clip_range():
+    # ratio e^0.5 ≈ 1.65 with a positive advantage: beyond 1 + 0.2, no gradient;
+    # ratio e^-0.5 with a positive advantage: inside the pessimistic bound, pushed up.
+    logp = torch.tensor([0.5, -0.5], requires_grad=True)
+    batch = _batch([0.0, 0.0], [1.0, 1.0])
+    loss, stats = ppo_loss(logp, torch.zeros(2), torch.zeros(2), batch, ent_coef=0.0)
+    loss.backward()
+    assert logp.grad[0] == 0 and logp.grad[1] < 0
+    assert stats["losses/clipfrac"] == pytest.approx(1.0)
+
+
+def test_value_clipping_keeps_the_critic_near_its_old_values():
+    values = torch.tensor([1.0], requires_grad=True)
+    batch = _batch([0.0], [0.0], old_values=torch.tensor([0.0]), targets=torch.tensor([2.0]))
+    loss, _ = ppo_loss(torch.zeros(1), torch.zeros(1), values, batch, clip_vloss=True)
+    loss.backward()
+    # The clipped prediction (0.2) is further from the target: its error, with no gradient.
+    assert values.grad[0] == 0
+    values.grad = None
+    loss, _ = ppo_loss(torch.zeros(1), torch.zeros(1), values, batch, clip_vloss=False)
+    loss.backward()
+    assert values.grad[0] < 0
+
+
+def test_masked_samples_change_nothing():
+    logp = torch.tensor([0.1, 3.0], requires_grad=True)
+    mask = torch.tensor([1.0, 0.0])
+    full, _ = ppo_loss(
+        logp, torch.zeros(2), torch.zeros(2), _batch([0.0, 0.0], [1.0, -50.0], mask=mask)
+    )
+    alone, _ = ppo_loss(logp[:1], torch.zeros(1), torch.zeros(1), _batch([0.0], [1.0]))
+    assert float(full) == pytest.approx(float(alone))
+
+
+def test_minibatches_cover_each_epoch_once():
+    g = torch.Generator().manual_seed(0)
+    batches = list(minibatches(10, 2, 3, g))
+    assert len(batches) == 6
+    for epoch in range(3):
+        seen = torch.cat(batches[2 * epoch : 2 * epoch + 2]).sort().values
+        assert seen.tolist() == list(range(10))
+    assert list(minibatches(10, 1, 2, g)) == [None, None]  # one minibatch: the whole batch
+
+
+def test_value_norm_starts_as_the_identity():
+    x = torch.tensor([3.0, -4.0])
+    torch.testing.assert_close(ValueNorm().normalize(x), x)
+
+
+def test_sync_with_sgd_lr_1_applies_the_workers_local_ppo_result_exactly(tmp_path):
+    """One worker, sync, server SGD lr 1 without clipping: θ_global after one round is the
+    θ_local a worker reaches with PPO's epochs from the same snapshot (Δ travels intact)."""
+    cfg = TrainConfig(
+        env="CartPole-v1",
+        algo="ppo",
+        scheduler="sync",
+        workers=1,
+        envs_per_worker=2,
+        rollout_steps=32,
+        total_env_steps=64,
+        ppo_epochs=3,
+        ppo_minibatches=2,
+        optimizer="sgd",
+        lr=1.0,
+        max_grad_norm=0.0,
+        eval_every=64,
+        eval_episodes=1,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
+    result = hybrid.train(cfg)
+    assert result.summary["updates"] == 1
+    info = describe(cfg.env)
+    start = initial_params(cfg, info)
+    worker = Worker(0, cfg, info)  # the same seeds as the run's worker 0
+    update = worker.run_task(Snapshot(start.clone(), 0))
+    assert update.kind == "delta"
+    torch.testing.assert_close(result.params, start - update.payload, rtol=0, atol=1e-6)
+    assert not torch.equal(result.params, start)
+
+
+def test_the_learner_takes_epochs_times_minibatches_steps_per_batch(tmp_path):
+    cfg = TrainConfig(
+        env="CartPole-v1",
+        algo="ppo",
+        scheduler="hybrid",
+        workers=2,
+        envs_per_worker=2,
+        rollout_steps=16,
+        learner_batch=2,
+        ppo_epochs=3,
+        ppo_minibatches=2,
+        total_env_steps=256,
+        eval_every=256,
+        eval_episodes=1,
+        log_every=64,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
+    result = hybrid.train(cfg)
+    batches = result.summary["tasks"] // 2
+    assert result.summary["updates"] == batches * 3 * 2
+    assert any("losses/approx_kl" in row for row in result.metrics("train"))
+
+
+def test_ppo_runs_are_reproducible_under_async(tmp_path):
+    def run(i: int) -> str:
+        cfg = TrainConfig(
+            env="CartPole-v1",
+            algo="ppo",
+            scheduler="async",
+            workers=3,
+            envs_per_worker=2,
+            rollout_steps=16,
+            ppo_epochs=2,
+            total_env_steps=480,
+            eval_every=480,
+            eval_episodes=1,
+            progress=False,
+            out=str(tmp_path / f"r{i}"),
+        )
+        return hybrid.train(cfg).summary["final_params_sha256"]
+
+    assert run(0) == run(1)
+
+
+def test_ppo_settings_are_validated():
+    with pytest.raises(ConfigError, match="ppo_epochs"):
+        TrainConfig(algo="ppo", ppo_epochs=0).validate()
+    with pytest.raises(ConfigError, match="clip_coef"):
+        TrainConfig(algo="ppo", clip_coef=0.0).validate()
+    with pytest.raises(ConfigError, match="critic"):
+        TrainConfig(critic="shared").validate()
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole(tmp_path):
+    cfg = TrainConfig(
+        env="CartPole-v1",
+        algo="ppo",
+        scheduler="sync",
+        workers=1,
+        envs_per_worker=4,
+        rollout_steps=128,
+        gae_lambda=0.95,
+        optimizer="sgd",
+        lr=1.0,
+        ppo_epochs=4,
+        ppo_minibatches=4,
+        ppo_lr=2.5e-4,
+        total_env_steps=60_000,
+        eval_every=5_000,
+        eval_episodes=10,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
+    result = hybrid.train(cfg)
+    assert result.solved, result.summary["final_eval_return"]
