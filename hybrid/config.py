@@ -27,10 +27,9 @@ class TrainConfig:
     scheduler: str = "async"
     """Update scheduler: sync (A2C), async (A3C / Hogwild!), bounded (SSP)."""
     runtime: str = "serial"
-    """Where workers run: serial (one process, deterministic virtual clock), processes
-    (one process per worker, shared-memory parameters), ray (Ray actors, local or a cluster)."""
+    """Where workers run: serial (virtual clock), processes (shared memory), ray (local/cluster)."""
     algo: str = "a2c"
-    """Worker algorithm: a2c (A3C under the async scheduler)."""
+    """Worker algorithm: a2c (A3C under async), nstep_q, ppo; mappo / ippo on PettingZoo tasks."""
     workers: int = 8
     """Number of workers (simulated on the serial runtime)."""
     envs_per_worker: int = 2
@@ -110,14 +109,11 @@ class TrainConfig:
 
     # --- parallel runtimes ----------------------------------------------------------------------
     lock_free: bool = True
-    """processes runtime: workers read the shared parameters without a lock while they are
-    being written (Hogwild!; torn reads are counted as sched/torn_reads); off: a lock makes
-    every read one whole version. Steps are applied by the main process either way."""
+    """processes: workers read θ unguarded while it is written (Hogwild!); off: retry torn reads."""
     ray_address: str = ""
     """Ray cluster to join (ray runtime); empty starts a local, loopback-only instance."""
     inject_worker_faults: float = 0.0
-    """Probability per task that its worker is SIGKILLed, seeded by seed (processes and ray;
-    for fault-tolerance studies). The task re-runs on the restarted worker."""
+    """Chance per task that its worker is SIGKILLed (processes, ray; seeded): fault studies."""
 
     # --- actor-learner (hybrid scheduler) and Q-learning (issue 4) -------------------------------
     learner_batch: int = 8
@@ -158,22 +154,23 @@ class TrainConfig:
     """Simulated edge clients K (federated/clients.py), worker ids 0..K-1: each runs its own env
     variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
     on demand for each task, so memory grows with the clients per round, not with K (topk error
-    feedback is then per task). Unset: the persistent, identical `workers` take part."""
+    feedback is then per task). Unset: the persistent `workers` are the participants."""
     client_fraction: float = 0.1
     """fedavg: fraction C of the K clients sampled per round, max(1, floor(C*K)); in (0, 1]."""
-    local_steps: int = 5
-    """fedavg: local updates E per client and round, each one rollout of rollout_steps."""
-    local_optimizer: str = "sgd"
+    local_steps: int = 50
+    """fedavg: local updates E per client and round, each one rollout of rollout_steps. An
+    on-demand client's envs start afresh each round: E * rollout_steps bounds its episodes."""
+    local_optimizer: str = "adam"
     """fedavg: client optimizer, sgd or adam, fresh every round; max_grad_norm clips each local
     gradient (the server does not clip the averaged model difference)."""
-    local_lr: float = 0.01
+    local_lr: float = 1e-3
     """fedavg: client learning rate."""
     prox_mu: float = 0.0
     """fedavg: FedProx mu; a client minimizes its loss + mu/2 ||theta - theta_global||^2."""
     server_momentum: float = 0.0
     """Momentum of the sgd server optimizer (fedavg + optimizer sgd + lr 1: FedAvgM)."""
     client_dynamics: str = "iid"
-    """Env variant per client, drawn uniformly per client: iid (all default, the control),
+    """Env variant per client (or worker), drawn uniformly: iid (all default, the control),
     pole_length (CartPole length 0.25..1.0), cart_mass, mass, length, gravity, all."""
     client_uplink_mbps: float = 10.0
     """Median client uplink in Mbit/s (a Δ's upload time on the virtual clock)."""
@@ -186,7 +183,8 @@ class TrainConfig:
     client_availability: float = 1.0
     """fedavg: probability that a client can be sampled in a given round."""
     round_deadline_s: float = 0.0
-    """fedavg: seconds after a round starts when the server stops waiting (0: no deadline)."""
+    """fedavg: seconds after a round starts when the server stops waiting (0: no deadline);
+    virtual seconds on the serial runtime."""
     late_policy: str = "drop"
     """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
     with its staleness (admit: asynchronous FL)."""
@@ -194,6 +192,76 @@ class TrainConfig:
     """Clients (a seeded sample) whose own env variant the final model is evaluated on."""
     client_eval_episodes: int = 2
     """Deterministic episodes per evaluated client."""
+
+    # --- checkpoints and faults (issue 10) -------------------------------------------------------
+    checkpoint_every: int = 0
+    """Write a checkpoint every this many global versions (and at the end); 0: none."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept; the older one is the fallback when the newest is damaged."""
+    checkpoint_replay: bool = False
+    """Include the replay buffer in checkpoints (large); without it a resumed learner refills."""
+    resume: str = ""
+    """Continue the run in this directory from its newest checkpoint (its stored config)."""
+
+    # --- multi-agent (issue 7) --------------------------------------------------------------------
+    param_sharing: str = "all"
+    """Multi-agent: which agents share one network: all (parameter sharing), none (per-agent
+    parameters), or groups of agent names, e.g. "agent_0,agent_1;agent_2"."""
+    agent_id: bool = True
+    """Multi-agent: append each agent's one-hot id to its inputs (tells shared agents apart)."""
+    critic: str = "auto"
+    """Multi-agent: central (fed state() + the agent's observation and id), local (the agent's
+    observation), or auto: central for mappo, local for ippo, ppo and a2c."""
+    value_norm: bool = True
+    """ppo / mappo / ippo (and a2c on multi-agent envs): the critic learns targets normalized
+    by their running mean and std (MAPPO's value normalization; statistics are worker state)."""
+    ppo_epochs: int = 10
+    """PPO epochs over each rollout (on the worker's local optimizer under sync / async /
+    bounded, sending Δ; on the learner under hybrid)."""
+    ppo_minibatches: int = 1
+    """PPO minibatches per epoch."""
+    ppo_lr: float = 5e-4
+    """Learning rate of the worker's local Adam for PPO's epochs (the server's is lr)."""
+    clip_coef: float = 0.2
+    """PPO ratio clip (also the value clip with clip_vloss)."""
+    clip_vloss: bool = True
+    """PPO: clip the value update around the values at collection time."""
+
+    # --- environments (issue 11) ---------------------------------------------------------------
+    env_defaults: bool = True
+    """Give every field left at its global default the env's value from hybrid/defaults.py
+    (e.g. Pendulum-v1's gamma and normalization); --no-env-defaults keeps the global ones.
+    config.json records the values in effect."""
+    wrappers: str = ""
+    """Wrappers around each env, in order, separated by ';': a gymnasium.wrappers name or a
+    dotted path to a callable f(env, ...), with literal arguments, e.g.
+    "ClipReward(-1, 1); TimeAwareObservation". Applied after the env's own preprocessing."""
+    normalize_obs: bool = False
+    """Normalize observations by a running mean and variance held in the global model: every
+    worker's raw observations are merged into it, snapshots deliver it, evaluation uses it."""
+    normalize_reward: bool = False
+    """Divide rewards by the running std of each worker's discounted returns (logged returns
+    stay raw)."""
+    obs_clip: float = 10.0
+    """Clip normalized observations to [-obs_clip, obs_clip]."""
+    reward_clip: float = 10.0
+    """Clip scaled rewards to [-reward_clip, reward_clip]."""
+    log_std_init: float = 0.0
+    """Gaussian head: initial log standard deviation of the actions."""
+    state_dependent_std: bool = False
+    """Gaussian head: the actor also outputs the log std (default: one state-independent
+    log std per action dimension)."""
+    atari_frame_skip: int = 4
+    """Atari: frames per agent step (max-pooled over the last two)."""
+    atari_frame_stack: int = 4
+    """Atari: frames stacked into one observation."""
+    atari_noop_max: int = 30
+    """Atari: at most this many random no-ops start each game."""
+    atari_episodic_life: bool = True
+    """Atari: a lost life ends the learner's episode; the game goes on (evaluation plays
+    whole games)."""
+    atari_clip_rewards: bool = True
+    """Atari: the learner sees rewards clipped to [-1, 1] (evaluation reports the score)."""
 
     # --- evaluation and logging -----------------------------------------------------------------
     eval_every: int = 2_500
@@ -208,6 +276,8 @@ class TrainConfig:
     """Also log to wandb (offline unless you configured wandb online)."""
     wandb_project: str = "hybrid"
     """wandb project name."""
+    wandb_checkpoint: bool = False
+    """With --track, upload the final checkpoint as a wandb artifact (needs --checkpoint-every)."""
     exp_name: str = ""
     """Experiment name (the wandb group); empty uses the env id."""
     torch_threads: int = 1
@@ -260,6 +330,8 @@ class TrainConfig:
             _at_least(name, getattr(self, name), 1)
         _at_least("layers", self.layers, 0)
         _at_least("staleness_bound", self.staleness_bound, 0)
+        _at_least("checkpoint_every", self.checkpoint_every, 0)
+        _at_least("keep_checkpoints", self.keep_checkpoints, 1)
         _in_range("gamma", self.gamma, 0.0, 1.0)
         _in_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
         _in_range("straggler_fraction", self.straggler_fraction, 0.0, 1.0)
@@ -329,6 +401,38 @@ class TrainConfig:
             raise ConfigError(
                 "runtime: 'processes' runs persistent gradient workers only; "
                 "run fedavg and edge clients on serial or ray"
+            )
+        # multi-agent
+        _choice("critic", self.critic, ("auto", "central", "local"))
+        _at_least("ppo_epochs", self.ppo_epochs, 1)
+        _at_least("ppo_minibatches", self.ppo_minibatches, 1)
+        _positive("ppo_lr", self.ppo_lr)
+        _positive("clip_coef", self.clip_coef)
+        from hybrid.envs import is_multiagent_id
+
+        if is_multiagent_id(self.env):
+            from multiagent.mappo import check_config
+
+            check_config(self)
+        elif self.algo in ("mappo", "ippo"):
+            raise ConfigError(
+                f"algo: {self.algo} needs a multi-agent PettingZoo env (package/module, e.g. "
+                "mpe2/simple_spread_v3); use ppo on Gymnasium envs"
+            )
+        # environments
+        from hybrid.envs import parse_wrappers
+
+        parse_wrappers(self.wrappers)
+        for name in ("obs_clip", "reward_clip"):
+            _positive(name, getattr(self, name))
+        _in_range("log_std_init", self.log_std_init, -20.0, 2.0)
+        _at_least("atari_frame_skip", self.atari_frame_skip, 1)
+        _at_least("atari_frame_stack", self.atari_frame_stack, 1)
+        _at_least("atari_noop_max", self.atari_noop_max, 0)
+        if (self.normalize_obs or self.normalize_reward) and is_multiagent_id(self.env):
+            raise ConfigError(
+                "normalize_obs: observation and reward normalization are for Gymnasium envs; "
+                "multi-agent envs use value_norm"
             )
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib
+import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from hybrid.config import ConfigError
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -21,30 +30,67 @@ class EnvInfo:
     action_low: np.ndarray | None
     action_high: np.ndarray | None
     reward_threshold: float | None
+    multiagent: bool = False
+    """A PettingZoo env (multiagent/): obs_dim and action_dim are per agent, padded."""
+    obs_shape: tuple[int, ...] = ()
+    """The observation's shape before flattening (e.g. Atari's [4, 84, 84]); () = (obs_dim,).
+    Rollouts keep observations flat; a model for images (the Nature CNN) reshapes them."""
+    obs_dtype: str = "float32"
+    """dtype workers store observations in: uint8 for images (4x smaller), else float32."""
+    factory: Callable[[], Any] | None = None
+    """The callable registered for this env id (register_env), carried to every worker so
+    that a spawned process or a Ray actor builds the same env without the registry."""
+
+    @property
+    def image(self) -> bool:
+        return len(self.obs_shape) == 3
+
+
+def is_multiagent_id(env_id: str) -> bool:
+    """PettingZoo ids are ``package/module``; namespaced Gymnasium ids (``ALE/Pong-v5``) are
+    registered, so they stay Gymnasium's."""
+    if env_id in _FACTORIES or env_id.startswith("ALE/"):  # environments (issue 11)
+        return False
+    return "/" in env_id and env_id not in gym.registry
 
 
 def _needs_flatten(space: gym.Space) -> bool:
     return not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)
 
 
-def describe(env_id: str) -> EnvInfo:
-    """Probe the env once; unknown ids and unsupported spaces become ConfigErrors."""
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error:
-        raise ConfigError(
-            f"env: {env_id!r} is not a registered Gymnasium id "
-            "(e.g. CartPole-v1, Acrobot-v1, Pendulum-v1; gymnasium.pprint_registry() lists all)"
-        ) from None
-    try:
-        env = gym.make(env_id)
-    except Exception as exc:  # a missing extra (box2d, mujoco, ale) surfaces here
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"env: {env_id!r} cannot be created: {message}") from None
+def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
+    """Probe the env once; unknown ids and unsupported spaces become ConfigErrors.
+
+    ``cfg`` brings the wrappers (``--wrappers``) and the Atari settings, which can change
+    the observation space.
+    """
+    if is_multiagent_id(env_id):
+        from multiagent.pettingzoo import describe as describe_pettingzoo
+
+        return describe_pettingzoo(env_id)
+    factory = resolve_factory(env_id)
+    if factory is not None and cfg is not None and cfg.runtime == "processes":
+        try:  # spawned worker processes receive the factory pickled (by reference)
+            pickle.dumps(factory)
+        except Exception as exc:
+            raise ConfigError(
+                f"env: the factory of {env_id!r} cannot be sent to worker processes "
+                f"({_first_line(exc)}); define it at module level, or use the serial or "
+                "ray runtime"
+            ) from None
+    env = make_env(env_id, cfg, factory=factory, flatten=False)
     try:
         obs_space = env.observation_space
+        obs_shape: tuple[int, ...] = ()
+        if isinstance(obs_space, gym.spaces.Box):
+            obs_shape = tuple(int(n) for n in obs_space.shape)
+        image = len(obs_shape) == 3
+        obs_dtype = "uint8" if image and obs_space.dtype == np.uint8 else "float32"
         if _needs_flatten(obs_space):
             obs_space = gym.spaces.flatten_space(obs_space)
+        threshold = _FACTORIES[env_id][1] if env_id in _FACTORIES else None
+        if threshold is None and env.spec is not None:
+            threshold = env.spec.reward_threshold
         act_space = env.action_space
         if isinstance(act_space, gym.spaces.Discrete):
             return EnvInfo(
@@ -54,7 +100,10 @@ def describe(env_id: str) -> EnvInfo:
                 False,
                 None,
                 None,
-                spec.reward_threshold,
+                threshold,
+                obs_shape=obs_shape if image else (),
+                obs_dtype=obs_dtype,
+                factory=factory,
             )
         if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
             return EnvInfo(
@@ -64,7 +113,10 @@ def describe(env_id: str) -> EnvInfo:
                 True,
                 act_space.low.astype(np.float32),
                 act_space.high.astype(np.float32),
-                spec.reward_threshold,
+                threshold,
+                obs_shape=obs_shape if image else (),
+                obs_dtype=obs_dtype,
+                factory=factory,
             )
         raise ConfigError(
             f"env: {env_id!r} has action space {act_space}; supported are Discrete and 1-D Box"
@@ -73,13 +125,239 @@ def describe(env_id: str) -> EnvInfo:
         env.close()
 
 
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+# --- environments (issue 11): env factories, extras, wrappers from the config --------------
+
+_FACTORIES: dict[str, tuple[Callable[[], Any], float | None]] = {}
+
+# Ids that a package registers when imported, and the extra that installs it.
+_PLUGINS = (("ALE/", "ale_py", "atari"), ("highway", "highway_env", "highway"))
+# Gymnasium's own envs that need a physics engine from an extra.
+_ENGINES = (("gymnasium.envs.mujoco", "mujoco"), ("gymnasium.envs.box2d", "box2d"))
+
+
+def register_env(
+    name: str, factory: Callable[[], Any], reward_threshold: float | None = None
+) -> None:
+    """Make ``name`` usable as ``TrainConfig.env``: each worker calls ``factory()`` for each
+    of its envs, so no simulator state is ever shared between workers or envs.
+
+    The factory travels to worker processes by pickling (a module-level function or a
+    ``functools.partial`` of one; Ray also takes lambdas). ``reward_threshold`` stops the
+    run when evaluation reaches it (else the env's spec, if it has one, decides).
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"env: a registered env needs a non-empty string name, got {name!r}")
+    if not callable(factory):
+        raise ConfigError(
+            f"env: the factory registered as {name!r} is {factory!r}, which is not callable; "
+            "pass a function (or class) that returns a gymnasium.Env"
+        )
+    _FACTORIES[name] = (factory, reward_threshold)
+
+
+def resolve_factory(env_id: str) -> Callable[[], Any] | None:
+    """The registered factory of ``env_id``; ``module:name`` imports ``module`` first (where
+    the module calls ``register_env``), as Gymnasium does for its own ids."""
+    if env_id not in _FACTORIES and ":" in env_id:
+        module = env_id.split(":", 1)[0]
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # not only ImportError: '' or '..' are ValueErrors
+            raise ConfigError(f"env: cannot import {module!r} for {env_id!r}: {exc}") from None
+        if env_id.split(":", 1)[1] in _FACTORIES:
+            return _FACTORIES[env_id.split(":", 1)[1]][0]
+    entry = _FACTORIES.get(env_id)
+    return entry[0] if entry is not None else None
+
+
+def ensure_registered(env_id: str) -> None:
+    """Import the package that registers ``env_id``; a missing extra names the extra."""
+    if env_id in gym.registry or ":" in env_id:
+        return
+    for prefix, module, extra in _PLUGINS:
+        if env_id.startswith(prefix):
+            if extra == "atari":
+                from hybrid.atari import register_atari
+
+                register_atari(env_id)
+                return
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise ConfigError(
+                    f"env: {env_id!r} needs the {extra} extra ({module}): "
+                    f"pip install 'hybrid-rl[{extra}]'"
+                ) from None
+            return
+
+
+def make_env(
+    env_id: str,
+    cfg: TrainConfig | None = None,
+    evaluation: bool = False,
+    factory: Callable[[], Any] | None = None,
+    flatten: bool = True,
+) -> gym.Env:
+    """One env: the registered factory, the Atari pipeline or ``gym.make``, then the
+    config's wrappers, then (``flatten``) a flat observation for the rollout buffers."""
+    if factory is None:
+        factory = resolve_factory(env_id)
+    if factory is not None:
+        try:
+            env = factory()
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"env: the factory of {env_id!r} raised {_first_line(exc)}") from None
+        if not isinstance(env, gym.Env):
+            raise ConfigError(
+                f"env: the factory of {env_id!r} returned {type(env).__name__}, not a gymnasium.Env"
+            )
+    else:
+        from hybrid.atari import is_atari, make_atari
+
+        env = make_atari(env_id, cfg, evaluation) if is_atari(env_id) else _gym_make(env_id)
+    for wrapper, args, kwargs in parse_wrappers(cfg.wrappers if cfg is not None else ""):
+        try:
+            env = wrapper(env, *args, **kwargs)
+        except Exception as exc:
+            raise ConfigError(
+                f"wrappers: {getattr(wrapper, '__name__', wrapper)} cannot wrap {env_id!r}: "
+                f"{_first_line(exc)}"
+            ) from None
+    if flatten and _needs_flatten(env.observation_space):
+        env = gym.wrappers.FlattenObservation(env)
+    return env
+
+
+def _gym_make(env_id: str) -> gym.Env:
+    ensure_registered(env_id)
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        raise ConfigError(
+            f"env: {env_id!r} is not a registered Gymnasium id "
+            "(e.g. CartPole-v1, Acrobot-v1, Pendulum-v1; gymnasium.pprint_registry() lists all; "
+            "hybrid.envs.register_env adds your own)"
+        ) from None
+    try:
+        return gym.make(env_id)
+    except Exception as exc:  # a missing extra (box2d, mujoco) surfaces here
+        entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+        for package, extra in _ENGINES:
+            if entry.startswith(package):
+                raise ConfigError(
+                    f"env: {env_id!r} needs the {extra} extra: pip install 'hybrid-rl[{extra}]' "
+                    f"({_first_line(exc)})"
+                ) from None
+        raise ConfigError(f"env: {env_id!r} cannot be created: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def parse_wrappers(text: str) -> list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]:
+    """``"ClipReward(-1, 1); TimeAwareObservation"`` -> [(wrapper, args, kwargs), ...].
+
+    Each item is a Gymnasium wrapper name (``gymnasium.wrappers``) or a dotted path to any
+    callable ``f(env, ...) -> env``, optionally called with literal arguments. They wrap
+    each env in order, after the env's own preprocessing (e.g. Atari's).
+    """
+    out = []
+    for item in (part.strip() for part in str(text).split(";")):
+        if not item:
+            continue
+        try:
+            node = ast.parse(item, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            raise ConfigError(
+                f"wrappers: cannot parse {item!r}; write Name or Name(literal arguments), "
+                "separated by ';'"
+            ) from None
+        call = node if isinstance(node, ast.Call) else None
+        target = call.func if call is not None else node
+        path = _dotted(target)
+        if path is None:
+            raise ConfigError(f"wrappers: {item!r} is not a wrapper name (e.g. ClipReward(-1, 1))")
+        try:
+            args = tuple(ast.literal_eval(a) for a in call.args) if call else ()
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords} if call else {}
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            raise ConfigError(
+                f"wrappers: the arguments of {item!r} must be literals (numbers, strings, ...)"
+            ) from None
+        if None in kwargs:
+            raise ConfigError(f"wrappers: {item!r}: **kwargs is not supported")
+        out.append((_wrapper_callable(path, item), args, kwargs))
+    return out
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _wrapper_callable(path: str, item: str) -> Callable[..., Any]:
+    if "." not in path:
+        wrapper = getattr(gym.wrappers, path, None)
+        if not isinstance(wrapper, type) or not issubclass(wrapper, gym.Wrapper):
+            raise ConfigError(
+                f"wrappers: {path!r} is not a gymnasium.wrappers wrapper (e.g. ClipReward, "
+                "NormalizeObservation, TimeLimit); a dotted path names your own"
+            )
+        return wrapper
+    module, _, attr = path.rpartition(".")
+    try:
+        wrapper = getattr(importlib.import_module(module), attr)
+    except Exception as exc:  # a module that fails to import for any reason
+        raise ConfigError(f"wrappers: cannot find {path!r} for {item!r}: {exc}") from None
+    if not callable(wrapper):
+        raise ConfigError(f"wrappers: {path!r} is not callable")
+    return wrapper
+
+
+def _plain(env_id: str, cfg: TrainConfig | None, factory: Callable[[], Any] | None) -> bool:
+    """A registered id without wrappers: the original, fastest construction path."""
+    from hybrid.atari import is_atari
+
+    return factory is None and not is_atari(env_id) and not (cfg is not None and cfg.wrappers)
+
+
+def make_vector_env(
+    env_id: str,
+    num_envs: int,
+    cfg: TrainConfig | None = None,
+    info: EnvInfo | None = None,
+    evaluation: bool = False,
+) -> gym.vector.VectorEnv:
     """A synchronous vector env that resets finished sub-envs in the same step.
 
     SAME_STEP autoreset keeps every stored transition real (NEXT_STEP would
     insert a dummy step after each episode) and hands back the final
     observation, which truncation bootstrapping needs.
+
+    A PettingZoo id gives the multi-agent adapter's vector env (``[E, N, ...]``).
+    Each sub-env is its own instance (its own simulator, e.g. a MuJoCo model and data),
+    built by ``make_env`` from ``cfg`` (wrappers, Atari settings) and ``info`` (a
+    registered factory); ``evaluation`` builds the evaluator's (Atari: the game score).
     """
+    if is_multiagent_id(env_id):
+        from multiagent.pettingzoo import make_vector_env as make_pettingzoo_vector_env
+
+        return make_pettingzoo_vector_env(env_id, num_envs)  # type: ignore[return-value]
+    factory = info.factory if info is not None and info.factory is not None else None
+    factory = factory or resolve_factory(env_id)
+    if not _plain(env_id, cfg, factory):
+        return gym.vector.SyncVectorEnv(
+            [functools.partial(make_env, env_id, cfg, evaluation, factory)] * num_envs,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    ensure_registered(env_id)
     probe = gym.make(env_id)
     wrappers = [gym.wrappers.FlattenObservation] if _needs_flatten(probe.observation_space) else []
     probe.close()

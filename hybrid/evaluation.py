@@ -9,6 +9,7 @@ from hybrid.config import TrainConfig
 from hybrid.core.worker import build_model
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
+from hybrid.normalization import GlobalObsStats, ObsNormalizer
 from hybrid.seeding import EVAL, int_seed, stream
 
 
@@ -19,10 +20,19 @@ class Evaluator:
     evaluations differ only through the parameters.
     """
 
-    def __init__(self, cfg: TrainConfig, info: EnvInfo) -> None:
+    def __init__(
+        self, cfg: TrainConfig, info: EnvInfo, obs_stats: GlobalObsStats | None = None
+    ) -> None:
+        self.cfg = cfg
         self.info = info
         self.episodes = cfg.eval_episodes
-        self.envs = make_vector_env(cfg.env, cfg.eval_episodes)
+        # evaluation=True: whole games at their real score (no episodic life, no clipping)
+        self.envs = make_vector_env(cfg.env, cfg.eval_episodes, cfg, info, evaluation=True)
+        # The global model's observation statistics (normalize_obs), read at each evaluation.
+        self.obs_stats = obs_stats
+        self.obs_norm = (
+            ObsNormalizer(info.obs_dim, cfg.obs_clip) if obs_stats is not None else None
+        )
         self.seeds = [int_seed(s) for s in stream(cfg.seed, EVAL).spawn(cfg.eval_episodes)]
         self.model = build_model(cfg, info)
         self.flat = FlatParams(self.model)
@@ -31,10 +41,15 @@ class Evaluator:
     def evaluate(self, params: torch.Tensor) -> np.ndarray:
         """Per-episode returns of the greedy policy."""
         self.flat.load(params)
+        norm = self.obs_norm
+        if norm is not None and self.obs_stats is not None:
+            norm.set_stats(self.obs_stats.rms.mean, self.obs_stats.rms.var)
         obs, _ = self.envs.reset(seed=self.seeds)
         returns = np.zeros(self.episodes)
         running = np.ones(self.episodes, dtype=bool)
         while running.any():
+            if norm is not None:
+                obs = norm(np.asarray(obs, dtype=np.float32))
             action = self.model.act(torch.as_tensor(obs, dtype=torch.float32), None).numpy()
             if self.info.continuous:
                 action = np.clip(action, self.info.action_low, self.info.action_high)
@@ -42,6 +57,23 @@ class Evaluator:
             returns += reward * running
             running &= ~(terminated | truncated)
         return returns
+
+    def final_metrics(self, params: torch.Tensor) -> dict[str, float]:
+        """Summary figures beyond the mean return, for the final parameters only.
+
+        When the workers are edge clients or run env variants: the return on each client's
+        own variant, its mean, worst 10% and spread across clients (fairness).
+        """
+        if self.info.multiagent:  # the random policy's return beside the trained one's
+            from multiagent.pettingzoo import random_policy_returns
+
+            random = random_policy_returns(self.cfg.env, self.episodes, self.seeds)
+            return {"random_return_mean": float(random.mean())}
+        if self.cfg.clients is None and self.cfg.client_dynamics == "iid":
+            return {}
+        from federated.evaluation import client_fairness
+
+        return client_fairness(self.cfg, self.info, params)
 
     def close(self) -> None:
         self.envs.close()

@@ -26,21 +26,88 @@ def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs; a categorical or a Gaussian policy head.
+class NatureCNN(nn.Module):
+    """The Nature DQN torso (Mnih et al. 2015): three ReLU convolutions and 512 ReLU units.
 
-    The Gaussian head has a state-independent log standard deviation.
+    Rollouts keep observations flat, so the input is ``[..., C*H*W]`` (or ``[..., C, H,
+    W]``) of raw pixel values, uint8 or float; they are scaled by 1/255 here.
+    """
+
+    features = 512
+
+    def __init__(self, obs_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.obs_shape = tuple(obs_shape)
+        channels = self.obs_shape[0]
+        self.convs = nn.Sequential(
+            _orthogonal(nn.Conv2d(channels, 32, 8, stride=4), math.sqrt(2)),
+            nn.ReLU(),
+            _orthogonal(nn.Conv2d(32, 64, 4, stride=2), math.sqrt(2)),
+            nn.ReLU(),
+            _orthogonal(nn.Conv2d(64, 64, 3, stride=1), math.sqrt(2)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, *self.obs_shape)).shape[1]
+        self.dense = nn.Sequential(
+            _orthogonal(nn.Linear(flat, self.features), math.sqrt(2)), nn.ReLU()
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        numel = math.prod(self.obs_shape)
+        lead = obs.shape[:-1] if obs.shape[-1] == numel else obs.shape[: -len(self.obs_shape)]
+        x = obs.reshape(-1, *self.obs_shape).float() / 255.0
+        return self.dense(self.convs(x)).reshape(*lead, self.features)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (for images: one shared Nature CNN torso with two
+    heads); a categorical or a Gaussian policy head.
+
+    The Gaussian head has a state-independent log standard deviation by default
+    (``state_dependent_std``: the actor outputs it too, clamped to [-20, 2]).
     """
 
     def __init__(
-        self, obs_dim: int, action_dim: int, continuous: bool, hidden: int = 64, layers: int = 2
+        self,
+        obs_dim: int,
+        action_dim: int,
+        continuous: bool,
+        hidden: int = 64,
+        layers: int = 2,
+        obs_shape: tuple[int, ...] = (),
+        log_std_init: float = 0.0,
+        state_dependent_std: bool = False,
     ) -> None:
         super().__init__()
         self.continuous = continuous
-        self.actor = mlp(obs_dim, action_dim, hidden, layers, last_gain=0.01)
-        self.critic = mlp(obs_dim, 1, hidden, layers, last_gain=1.0)
-        if continuous:
-            self.log_std = nn.Parameter(torch.zeros(action_dim))
+        self.state_dependent_std = continuous and state_dependent_std
+        self.action_dim = action_dim
+        outputs = 2 * action_dim if self.state_dependent_std else action_dim
+        if len(obs_shape) == 3:
+            # Shared by both heads (as in A3C's Atari network); the parameters appear once.
+            torso = NatureCNN(obs_shape)
+            head = _orthogonal(nn.Linear(NatureCNN.features, outputs), 0.01)
+            self.actor = nn.Sequential(torso, head)
+            self.critic = nn.Sequential(
+                torso, _orthogonal(nn.Linear(NatureCNN.features, 1), 1.0)
+            )
+        else:
+            self.actor = mlp(obs_dim, outputs, hidden, layers, last_gain=0.01)
+            self.critic = mlp(obs_dim, 1, hidden, layers, last_gain=1.0)
+        if self.state_dependent_std:
+            with torch.no_grad():  # start every state's log std at log_std_init
+                self.actor[-1].bias[action_dim:] = log_std_init
+        elif continuous:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+
+    def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.actor(obs)
+        if self.state_dependent_std:
+            mean, log_std = out.split(self.action_dim, dim=-1)
+            return mean, log_std.clamp(-20.0, 2.0)
+        return out, self.log_std.expand_as(out)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
@@ -55,12 +122,13 @@ class ActorCritic(nn.Module):
 
     def act(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """Sample actions (``generator=None`` acts deterministically: argmax or the mean)."""
-        out = self.actor(obs)
         if self.continuous:
+            mean, log_std = self._mean_log_std(obs)
             if generator is None:
-                return out
-            noise = torch.randn(out.shape, generator=generator)
-            return out + noise * self.log_std.exp()
+                return mean
+            noise = torch.randn(mean.shape, generator=generator)
+            return mean + noise * log_std.exp()
+        out = self.actor(obs)
         if generator is None:
             return out.argmax(-1)
         # Inverse-CDF sampling: several times cheaper than torch.multinomial on tiny batches.
@@ -71,13 +139,13 @@ class ActorCritic(nn.Module):
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.actor(obs)
         if self.continuous:
-            log_std = self.log_std.expand_as(out)
+            mean, log_std = self._mean_log_std(obs)
             var = torch.exp(2 * log_std)
-            logp = -((actions - out) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
+            logp = -((actions - mean) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
             entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
             return logp.sum(-1), entropy
+        out = self.actor(obs)
         logits = torch.log_softmax(out, -1)
         logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.exp() * logits).sum(-1)

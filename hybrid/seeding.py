@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 # Top-level stream names (the first element of the spawn key).
-MODEL_INIT, WORKER, CLOCK, EVAL, LEARNER, SCHEDULER = range(6)
+MODEL_INIT, WORKER, CLOCK, EVAL, LEARNER, SCHEDULER, FAULTS = range(7)
 
 
 def stream(base_seed: int, *key: int) -> np.random.SeedSequence:

@@ -113,7 +113,7 @@ def test_a_diverging_run_stops_with_a_clear_message(tiny_config, monkeypatch):
 
     monkeypatch.setattr(Worker, "encode", always_nan)
     cfg = tiny_config(scheduler="async", total_env_steps=5_000, checkpoint_every=10)
-    with pytest.raises(Diverged, match="diverged at .* updates in a row"):
+    with pytest.raises(Diverged, match=r"diverged at .* updates in a row"):
         hybrid.train(cfg)
 
 
@@ -179,7 +179,7 @@ def test_sigterm_checkpoints_flushes_and_resumes_to_the_same_result(tmp_path):
 
 
 def test_resume_errors(tmp_path, tiny_config):
-    with pytest.raises(ConfigError, match="^resume: .* not a run directory"):
+    with pytest.raises(ConfigError, match=r"^resume: .* not a run directory"):
         hybrid.train(resume=str(tmp_path / "nothing"))
     done = hybrid.train(tiny_config(checkpoint_every=10))
     with pytest.raises(ConfigError, match="already finished"):

@@ -39,13 +39,29 @@ class Algorithm:
     learner: Callable[[TrainConfig, EnvInfo], Learner]
     """The learner of the ``hybrid`` scheduler."""
     records_behaviour_logp: bool = False
+    local_update: Callable[[TrainConfig], LocalUpdate | None] | None = None
+    """Under gradient-pushing schedulers, optimize on the worker and send Δ = θ_snapshot −
+    θ_local instead of one gradient (PPO's epochs; see hybrid/algorithms/ppo.py)."""
+
+
+LocalUpdate = Callable[[Any, Any, Any, torch.Generator], tuple[torch.Tensor, dict[str, float]]]
+"""(model, flat params, rollout, generator) -> (Δ, stats); the model holds θ_snapshot on entry."""
 
 
 # --- a2c (A3C under async; IMPALA's learner under hybrid) -------------------------------------
 
 
 def _actor_critic(cfg: TrainConfig, info: EnvInfo, worker_id: int) -> nn.Module:
-    return ActorCritic(info.obs_dim, info.action_dim, info.continuous, cfg.hidden, cfg.layers)
+    return ActorCritic(
+        info.obs_dim,
+        info.action_dim,
+        info.continuous,
+        cfg.hidden,
+        cfg.layers,
+        obs_shape=info.obs_shape,  # images: the Nature CNN (issue 11)
+        log_std_init=cfg.log_std_init,
+        state_dependent_std=cfg.state_dependent_std,
+    )
 
 
 def _a2c_loss(cfg: TrainConfig) -> LossFn:
@@ -121,9 +137,70 @@ def _replay_learner(cfg: TrainConfig, info: EnvInfo) -> Learner:
     )
 
 
+# --- ppo (single-agent); mappo / ippo and every algorithm's multi-agent form ------------------
+
+
+def _ppo_loss(cfg: TrainConfig) -> LossFn:
+    from hybrid.algorithms.ppo import ppo_loss_fn
+
+    return ppo_loss_fn(cfg)
+
+
+def _ppo_local_update(cfg: TrainConfig) -> LocalUpdate:
+    from hybrid.algorithms.ppo import ppo_local_update
+
+    return ppo_local_update(cfg)
+
+
+def _ppo_learner(cfg: TrainConfig, info: EnvInfo) -> Learner:
+    from hybrid.algorithms.ppo import ppo_learner
+
+    return ppo_learner(cfg, _actor_critic(cfg, info, -1))
+
+
+def _multiagent_form(single: Algorithm | None) -> Algorithm:
+    """``single`` on Gymnasium envs; on a PettingZoo env the multi-agent form of the same
+    algorithm (multiagent/mappo.py). Chosen per call from ``cfg.env``, so the loop, the
+    schedulers and the runtimes look up ``ALGORITHMS[cfg.algo]`` as for any algorithm."""
+
+    def pick(cfg: TrainConfig) -> Algorithm:
+        from hybrid.envs import is_multiagent_id
+
+        if is_multiagent_id(cfg.env):
+            from multiagent.mappo import MULTIAGENT
+
+            return MULTIAGENT
+        if single is None:
+            raise ConfigError(
+                f"algo: {cfg.algo} needs a multi-agent PettingZoo env (e.g. "
+                "mpe2/simple_spread_v3); use ppo on Gymnasium envs"
+            )
+        return single
+
+    def local_update(cfg: TrainConfig) -> LocalUpdate | None:
+        build = pick(cfg).local_update
+        return build(cfg) if build is not None else None
+
+    return Algorithm(
+        model=lambda cfg, info, worker_id: pick(cfg).model(cfg, info, worker_id),
+        loss=lambda cfg: pick(cfg).loss(cfg),
+        actor_payload=lambda cfg: pick(cfg).actor_payload(cfg),
+        learner=lambda cfg, info: pick(cfg).learner(cfg, info),
+        records_behaviour_logp=True,
+        local_update=local_update,
+    )
+
+
 ALGORITHMS: dict[str, Algorithm] = {
-    "a2c": Algorithm(_actor_critic, _a2c_loss, _trajectory, _vtrace_learner, True),
+    "a2c": _multiagent_form(
+        Algorithm(_actor_critic, _a2c_loss, _trajectory, _vtrace_learner, True)
+    ),
     "nstep_q": Algorithm(_q_network, _nstep_q_loss, _transitions, _replay_learner),
+    "ppo": _multiagent_form(
+        Algorithm(_actor_critic, _ppo_loss, _trajectory, _ppo_learner, True, _ppo_local_update)
+    ),
+    "mappo": _multiagent_form(None),
+    "ippo": _multiagent_form(None),
 }
 
 

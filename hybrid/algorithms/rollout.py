@@ -10,6 +10,7 @@ import torch
 
 from hybrid.envs import EnvInfo
 from hybrid.nets import ActorCritic
+from hybrid.normalization import ObsNormalizer, RewardScaler
 
 
 @dataclass
@@ -42,8 +43,12 @@ class EnvRunner:
     def __init__(self, envs: gym.vector.VectorEnv, seed: int, info: EnvInfo) -> None:
         self.envs = envs
         self.info = info
+        self.obs_dtype = np.dtype(info.obs_dtype)  # uint8 for image observations
         obs, _ = envs.reset(seed=seed)
-        self.obs = np.asarray(obs, dtype=np.float32)
+        self.obs = np.asarray(obs, dtype=self.obs_dtype)
+        # Set by the worker when the config asks for them (hybrid/normalization.py).
+        self.obs_norm: ObsNormalizer | None = None
+        self.reward_scaler: RewardScaler | None = None
         self.num_envs = envs.num_envs
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -56,7 +61,10 @@ class EnvRunner:
         record_logp: bool = False,
     ) -> Rollout:
         E, info = self.num_envs, self.info
-        obs_buf = np.empty((steps, E, info.obs_dim), dtype=np.float32)
+        norm, scaler = self.obs_norm, self.reward_scaler
+        obs_dtype = self.obs_dtype if norm is None else np.float32
+        obs_buf = np.empty((steps, E, info.obs_dim), dtype=obs_dtype)
+        raw_buf = np.empty((steps, E, info.obs_dim), dtype=np.float32) if norm is not None else None
         action_shape = (steps, E, info.action_dim) if info.continuous else (steps, E)
         act_buf = np.empty(action_shape, dtype=np.float32 if info.continuous else np.int64)
         rew_buf = np.empty((steps, E), dtype=np.float32)
@@ -67,9 +75,14 @@ class EnvRunner:
         returns: list[float] = []
         lengths: list[int] = []
         for t in range(steps):
-            obs_buf[t] = self.obs
-            with torch.no_grad():
+            if raw_buf is None:
+                obs_buf[t] = self.obs
                 obs_t = torch.from_numpy(self.obs)
+            else:  # the policy sees the obs normalized with the snapshot's statistics
+                raw_buf[t] = self.obs
+                obs_buf[t] = norm(self.obs)
+                obs_t = torch.from_numpy(obs_buf[t])
+            with torch.no_grad():
                 if logp_buf is not None:
                     action_t, logp = model.act_with_log_prob(obs_t, generator)
                     logp_buf[t] = logp.numpy()
@@ -81,6 +94,8 @@ class EnvRunner:
                 action = np.clip(action, info.action_low, info.action_high)
             obs, reward, terminated, truncated, step_info = self.envs.step(action)
             rew_buf[t], term_buf[t], trunc_buf[t] = reward, terminated, truncated
+            if scaler is not None:  # the loss sees scaled rewards; episode returns stay raw
+                rew_buf[t] = scaler(reward, terminated | truncated)
             self.episode_return += reward
             self.episode_length += 1
             done = terminated | truncated
@@ -90,17 +105,21 @@ class EnvRunner:
                     lengths.append(int(self.episode_length[i]))
                     if truncated[i] and not terminated[i]:
                         final = np.asarray(step_info["final_obs"][i], dtype=np.float32)
-                        final_obs[(t, int(i))] = torch.from_numpy(final.reshape(-1))
+                        final = final.reshape(-1) if norm is None else norm(final.reshape(-1))
+                        final_obs[(t, int(i))] = torch.from_numpy(final)
                 self.episode_return[done] = 0.0
                 self.episode_length[done] = 0
-            self.obs = np.asarray(obs, dtype=np.float32)
+            self.obs = np.asarray(obs, dtype=self.obs_dtype)
+        last_obs = self.obs.copy() if norm is None else norm(self.obs)
+        if norm is not None:
+            norm.observe(raw_buf)
         return Rollout(
             obs=torch.from_numpy(obs_buf),
             actions=torch.from_numpy(act_buf),
             rewards=torch.from_numpy(rew_buf),
             terminated=torch.from_numpy(term_buf),
             truncated=torch.from_numpy(trunc_buf),
-            last_obs=torch.from_numpy(self.obs.copy()),
+            last_obs=torch.from_numpy(last_obs),
             final_obs=final_obs,
             episode_returns=returns,
             episode_lengths=lengths,
@@ -109,6 +128,15 @@ class EnvRunner:
 
     def close(self) -> None:
         self.envs.close()
+
+
+def make_runner(envs: gym.vector.VectorEnv, seed: int, info: EnvInfo) -> EnvRunner:
+    """The runner for a worker's envs: ``EnvRunner``, or the multi-agent one for PettingZoo."""
+    if info.multiagent:
+        from multiagent.pettingzoo import MultiAgentRunner
+
+        return MultiAgentRunner(envs, seed, info)  # type: ignore[arg-type,return-value]
+    return EnvRunner(envs, seed, info)
 
 
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from hybrid.core.update import Snapshot
+from hybrid.core.update import Snapshot, Update
+from hybrid.normalization import GlobalObsStats
 
 
 @dataclass
@@ -47,6 +48,7 @@ class GlobalModel:
         rmsprop_alpha: float = 0.99,
         target_every: int = 0,
         momentum: float = 0.0,
+        obs_norm_dim: int = 0,
     ) -> None:
         self.param = torch.nn.Parameter(params.detach().clone().float(), requires_grad=False)
         self.version = 0
@@ -60,6 +62,9 @@ class GlobalModel:
         self.optimizer = make_optimizer(
             optimizer, [self.param], lr, adam_eps, rmsprop_alpha, momentum
         )
+        # Observation statistics are server state like θ: merged from every worker's
+        # updates, delivered in every snapshot, used by evaluation, saved in checkpoints.
+        self.obs_stats = GlobalObsStats(obs_norm_dim) if obs_norm_dim > 0 else None
 
     @property
     def params(self) -> torch.Tensor:
@@ -67,7 +72,15 @@ class GlobalModel:
 
     def snapshot(self, task: str = "gradient") -> Snapshot:
         extras = {"target": self.target.clone()} if self.target is not None else {}
+        if self.obs_stats is not None:
+            extras.update(self.obs_stats.extras())
         return Snapshot(self.param.data.clone(), self.version, extras=extras, task=task)
+
+    def observe(self, update: Update) -> None:
+        """Take what an arriving update reports besides its payload (observation statistics),
+        whatever the scheduler then does with the payload."""
+        if self.obs_stats is not None:
+            self.obs_stats.observe(update.obs_stats)
 
     def lr_at(self, progress: float) -> float:
         """Learning rate after ``progress`` (0..1) of the budget has been spent."""
@@ -99,6 +112,7 @@ class GlobalModel:
             "version": self.version,
             "optimizer": self.optimizer.state_dict(),
             "target": None if self.target is None else self.target.clone(),
+            "obs_stats": None if self.obs_stats is None else self.obs_stats.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -107,6 +121,8 @@ class GlobalModel:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.target is not None:
             self.target.copy_(state["target"])
+        if self.obs_stats is not None and state.get("obs_stats") is not None:
+            self.obs_stats.load_state_dict(state["obs_stats"])
 
     def sha256(self) -> str:
         return params_sha256(self.param.data)

@@ -32,6 +32,7 @@ from hybrid.core.global_model import GlobalModel, params_sha256
 from hybrid.core.learner import Learner
 from hybrid.core.update import Update
 from hybrid.core.worker import build_model
+from hybrid.defaults import apply_env_defaults, apply_runtime_defaults
 from hybrid.envs import EnvInfo, describe
 from hybrid.evaluation import Evaluator
 from hybrid.nets import FlatParams
@@ -280,6 +281,7 @@ class Training:
                     runtime.dispatch(worker_id, snapshot)
                 stats.bytes_down += len(starting) * snapshot.params.numel() * 4
             update = runtime.next_update()
+            global_model.observe(update)  # e.g. observation statistics, whatever the verdict
             staleness = global_model.version - update.base_version
             rejection = self.receiver.receive(update)
             if rejection is None:
@@ -506,8 +508,12 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     resume_state: dict[str, Any] | None = None
     if cfg.resume:
         cfg, resume_state = _resume_config(cfg)
+    else:
+        # hybrid/defaults.py (keyword overrides always win); config.json records the result
+        cfg = apply_env_defaults(cfg, keep=overrides)
+        cfg = apply_runtime_defaults(cfg, keep=overrides)
     cfg.validate()
-    info = describe(cfg.env)
+    info = describe(cfg.env, cfg)
     check_head(cfg, info)
     run_dir = Path(cfg.out) if resume_state is not None else prepare_run_dir(cfg)
 
@@ -522,11 +528,12 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
         rmsprop_alpha=cfg.rmsprop_alpha,
         target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
         momentum=cfg.server_momentum,
+        obs_norm_dim=info.obs_dim if cfg.normalize_obs else 0,
     )
     scheduler = make_scheduler(cfg)
     learner = make_learner(cfg, info, scheduler.payload_kind)
     runtime = make_runtime(cfg, info)
-    evaluator = Evaluator(cfg, info)
+    evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume_state is None:
         write_json_atomic(run_dir / "config.json", cfg.to_dict())

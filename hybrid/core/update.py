@@ -47,6 +47,9 @@ class Update:
     """When the task started, on the runtime's clock (virtual or seconds since the run began)."""
     upload_s: float = 0.0
     """Of ``cost_s``, the time spent sending the payload."""
+    obs_stats: dict[str, Any] | None = None
+    """Summary (count, mean, M2) of the raw observations of this task, with normalize_obs:
+    the global model merges it on arrival (hybrid/normalization.py)."""
 
     @property
     def finished_s(self) -> float:

@@ -8,16 +8,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from federated.clients import apply_client_dynamics
 from hybrid.algorithms import ALGORITHMS
-from hybrid.algorithms.rollout import EnvRunner
+from hybrid.algorithms.rollout import make_runner
 from hybrid.codecs import make_codec
 from hybrid.config import TrainConfig
+from hybrid.core.global_model import make_optimizer
 from hybrid.core.update import Snapshot, Update
+from hybrid.env_state import load_vector_env_state, vector_env_state
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
+from hybrid.normalization import OBS_MEAN, OBS_VAR, ObsNormalizer, RewardScaler
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
 
 CODEC_STREAM = 7  # spawn-key slot of a worker's codec randomness
+LOCAL_ADAM_EPS = 1e-5  # a federated client's local Adam: the RL default
+RESUME_STREAM = 8  # seeds for envs that must restart on resume
 
 
 def build_model(cfg: TrainConfig, info: EnvInfo, worker_id: int = -1) -> torch.nn.Module:
@@ -44,8 +50,22 @@ class Worker:
         self.flat = FlatParams(self.model)
         self.loss_fn = self.algorithm.loss(cfg)
         self.actor_payload = self.algorithm.actor_payload(cfg)
+        build_local = self.algorithm.local_update
+        self.local_update = build_local(cfg) if build_local is not None else None
         self.generator = torch.Generator().manual_seed(torch_seed)
-        self.runner = EnvRunner(make_vector_env(cfg.env, cfg.envs_per_worker), env_seed, info)
+        # The worker's own env instances (simulators are never shared between workers).
+        envs = make_vector_env(cfg.env, cfg.envs_per_worker, cfg, info)
+        if cfg.client_dynamics != "iid":  # an edge client's own env variant (federated/)
+            apply_client_dynamics(envs, cfg, worker_id)
+        self.runner = make_runner(envs, env_seed, info)
+        self.obs_norm = ObsNormalizer(info.obs_dim, cfg.obs_clip) if cfg.normalize_obs else None
+        if cfg.normalize_obs or cfg.normalize_reward:
+            self.runner.obs_norm = self.obs_norm
+            self.runner.reward_scaler = (
+                RewardScaler(cfg.envs_per_worker, cfg.gamma, cfg.reward_clip)
+                if cfg.normalize_reward
+                else None
+            )
         # Each worker owns its codec: top-k's error-feedback residual is worker state.
         codec_seed = int_seed(stream(cfg.seed, WORKER, worker_id, incarnation, CODEC_STREAM))
         self.codec = (
@@ -61,10 +81,12 @@ class Worker:
         self.tasks_done = 0
 
     def run_task(self, snapshot: Snapshot) -> Update:
+        if snapshot.task == "delta":
+            return self.run_local_training(snapshot)
         started = time.perf_counter()
         self.flat.load(snapshot.params)
         if snapshot.extras:
-            self.model.load_extras(snapshot.extras)
+            self.load_extras(snapshot.extras)
         acting = snapshot.task == "trajectory"
         rollout = self.runner.collect(
             self.model,
@@ -73,9 +95,15 @@ class Worker:
             record_logp=acting and self.algorithm.records_behaviour_logp,
         )
         stats: dict[str, float] = {}
+        kind = snapshot.task
         if acting:
             payload: Any = self.actor_payload(self.model, rollout)
             nbytes = payload_nbytes(payload)
+        elif self.local_update is not None:
+            # PPO's epochs run on the worker; what travels is the pseudo-gradient Δ.
+            delta, stats = self.local_update(self.model, self.flat, rollout, self.generator)
+            payload, nbytes = self.encode(delta)
+            kind = "delta"
         else:
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
@@ -85,7 +113,7 @@ class Worker:
             worker_id=self.worker_id,
             base_version=snapshot.version,
             payload=payload,
-            kind=snapshot.task,
+            kind=kind,
             env_steps=rollout.env_steps,
             episode_returns=rollout.episode_returns,
             episode_lengths=rollout.episode_lengths,
@@ -93,9 +121,75 @@ class Worker:
             nbytes=nbytes,
             cost_s=time.perf_counter() - started,
             task_index=self.tasks_done,
+            obs_stats=self.obs_norm.take() if self.obs_norm is not None else None,
         )
         self.tasks_done += 1
         return update
+
+    def run_local_training(self, snapshot: Snapshot) -> Update:
+        """A federated client's round: E local steps from θ_global, then Δ = θ_global − θ_local.
+
+        Each step is a rollout, the loss (+ FedProx's μ/2·‖θ − θ_global‖²), the gradient
+        clipped to max_grad_norm and a step of a local optimizer that is fresh every round.
+        """
+        started = time.perf_counter()
+        cfg = self.cfg
+        self.flat.load(snapshot.params)
+        if snapshot.extras:
+            self.load_extras(snapshot.extras)
+        params = self.flat.params
+        # Views of θ_global shaped like each parameter; the snapshot is shared, only read.
+        chunks = snapshot.params.split([p.numel() for p in params])
+        anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
+        # Not cfg.adam_eps: that is the server's (FedAdam's tau, often 1e-3 or more).
+        optimizer = make_optimizer(
+            cfg.local_optimizer, params, cfg.local_lr, LOCAL_ADAM_EPS, cfg.rmsprop_alpha
+        )
+        env_steps, returns, lengths = 0, [], []
+        totals: dict[str, float] = {}
+        for _ in range(cfg.local_steps):
+            rollout = self.runner.collect(self.model, cfg.rollout_steps, self.generator)
+            self.flat.zero_grad()
+            loss, stats = self.loss_fn(self.model, rollout)
+            if cfg.prox_mu > 0:
+                drift = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+                loss = loss + 0.5 * cfg.prox_mu * drift
+                stats["losses/prox_drift"] = float(drift.detach())
+            loss.backward()
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            optimizer.step()
+            env_steps += rollout.env_steps
+            returns += rollout.episode_returns
+            lengths += rollout.episode_lengths
+            for name, value in stats.items():
+                totals[name] = totals.get(name, 0.0) + value
+        payload, nbytes = self.encode(snapshot.params - self.flat.flat)
+        update = Update(
+            worker_id=self.worker_id,
+            base_version=snapshot.version,
+            payload=payload,
+            kind="delta",
+            env_steps=env_steps,
+            episode_returns=returns,
+            episode_lengths=lengths,
+            stats={name: total / cfg.local_steps for name, total in totals.items()},
+            nbytes=nbytes,
+            cost_s=time.perf_counter() - started,
+            task_index=self.tasks_done,
+            obs_stats=self.obs_norm.take() if self.obs_norm is not None else None,
+        )
+        self.tasks_done += 1
+        return update
+
+    def load_extras(self, extras: dict[str, torch.Tensor]) -> None:
+        """Server state besides θ: observation statistics for the runner, the rest (e.g. a
+        Q-learning target network) for the model."""
+        if self.obs_norm is not None:
+            self.obs_norm.load(extras)
+        model_extras = {k: v for k, v in extras.items() if k not in (OBS_MEAN, OBS_VAR)}
+        if model_extras:
+            self.model.load_extras(model_extras)
 
     def encode(self, vector: torch.Tensor) -> tuple[torch.Tensor | bytes, int]:
         """The payload as it travels, and its size on the wire in bytes."""
@@ -104,6 +198,43 @@ class Worker:
             return vector, vector.numel() * vector.element_size()
         wire = self.codec.encode(vector)
         return wire, len(wire)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed worker needs to continue exactly where this one stands."""
+        runner = self.runner
+        return {
+            "tasks_done": self.tasks_done,
+            "generator": self.generator.get_state(),
+            "codec": self.codec.state_dict() if self.codec is not None else {},
+            "obs": runner.obs.copy(),
+            "episode_return": runner.episode_return.copy(),
+            "episode_length": runner.episode_length.copy(),
+            "envs": vector_env_state(runner.envs),
+            "reward_scaler": scaler.state_dict()
+            if (scaler := getattr(runner, "reward_scaler", None)) is not None
+            else {},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        runner = self.runner
+        self.tasks_done = int(state["tasks_done"])
+        self.generator.set_state(state["generator"])
+        if self.codec is not None:
+            self.codec.load_state_dict(state["codec"])
+        obs_dtype = getattr(runner, "obs_dtype", np.float32)  # uint8 for images
+        runner.obs = np.asarray(state["obs"], dtype=obs_dtype).copy()
+        scaler = getattr(runner, "reward_scaler", None)
+        if scaler is not None and state.get("reward_scaler"):
+            scaler.load_state_dict(state["reward_scaler"])
+        runner.episode_return = np.asarray(state["episode_return"]).copy()
+        runner.episode_length = np.asarray(state["episode_length"]).copy()
+        reseed = [int_seed(s) for s in stream(self.cfg.seed, WORKER, self.worker_id,
+                                               RESUME_STREAM).spawn(runner.num_envs)]
+        for i, obs in load_vector_env_state(runner.envs, state["envs"], reseed).items():
+            # A simulator whose state is not plain data restarts its episode.
+            runner.obs[i] = np.asarray(obs, dtype=np.float32).reshape(-1)
+            runner.episode_return[i] = 0.0
+            runner.episode_length[i] = 0
 
     def close(self) -> None:
         self.runner.close()

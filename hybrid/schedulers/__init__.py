@@ -9,6 +9,7 @@ from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import Scheduler, Verdict
 from hybrid.schedulers.bounded import Bounded
+from hybrid.schedulers.fedavg import FedAvg
 from hybrid.schedulers.synchronous import Sync
 
 SCHEDULERS: dict[str, Callable[[TrainConfig], Scheduler]] = {
@@ -16,6 +17,7 @@ SCHEDULERS: dict[str, Callable[[TrainConfig], Scheduler]] = {
     "async": lambda c: Async(c.workers),
     "bounded": lambda c: Bounded(c.workers, c.staleness_bound, c.staleness_aware_lr),
     "hybrid": lambda c: ActorLearner(c.workers, c.learner_batch, c.max_policy_lag),
+    "fedavg": FedAvg.from_config,
 }
 
 
@@ -28,6 +30,7 @@ __all__ = [
     "ActorLearner",
     "Async",
     "Bounded",
+    "FedAvg",
     "Scheduler",
     "Sync",
     "Verdict",

@@ -63,7 +63,14 @@ class Scheduler(ABC):
         self.buffer.clear()
         if not updates:
             return None
-        return Step(weighted_mean([u.payload for u in updates], [u.weight for u in updates]))
+        direction = weighted_mean([u.payload for u in updates], [u.weight for u in updates])
+        # A model difference (fedavg's or PPO's Δ) is not a gradient: bounding its norm by
+        # max_grad_norm would cap how far one round may move. Workers clip their own gradients.
+        return Step(direction, clip=any(u.kind != "delta" for u in updates))
+
+    def metrics(self) -> dict[str, float]:
+        """Cumulative counters (``sched/...``) for the training rows and the summary."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}
