@@ -157,11 +157,28 @@ def timeline_command(argv: Sequence[str]) -> int:
     return 0
 
 
+# What each scheduler needs beyond the shared defaults to be itself in the demo.
+DEMO_SETTINGS: dict[str, dict[str, object]] = {
+    "sync": {},
+    "async": {},
+    "bounded": {"staleness_bound": 2},
+    "hybrid": {"learner_batch": 4},
+    # FedAvg proper: 8 clients, half of them a round, server SGD with lr 1
+    "fedavg": {
+        "clients": 8,
+        "client_fraction": 0.5,
+        "local_steps": 20,
+        "optimizer": "sgd",
+        "lr": 1.0,
+    },
+}
+
+
 def demo_command(argv: Sequence[str]) -> int:
     """Train every scheduler on a few seeds, then compare: the README's `make demo`."""
     parser = _Parser(prog="hybrid demo", description=demo_command.__doc__)
     parser.add_argument("--out", default="runs/demo")
-    parser.add_argument("--schedulers", nargs="+", default=["sync", "async", "bounded"])
+    parser.add_argument("--schedulers", nargs="+", default=list(DEMO_SETTINGS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--total-env-steps", type=int, default=100_000)
@@ -189,6 +206,7 @@ def demo_command(argv: Sequence[str]) -> int:
                 cluster=args.cluster,
                 out=str(run_dir),
                 progress=False,
+                **DEMO_SETTINGS.get(scheduler, {}),  # type: ignore[arg-type]
             )
             try:
                 s = train(cfg).summary

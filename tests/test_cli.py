@@ -134,3 +134,17 @@ def test_help_documents_every_field():
     assert proc.returncode == 0
     for f in fields(TrainConfig):
         assert "--" + f.name.replace("_", "-") in proc.stdout, f.name
+
+
+def test_demo_compares_every_scheduler(tmp_path):
+    out = tmp_path / "demo"
+    proc = hybrid_cli(
+        "demo", "--seeds", "0", "--total-env-steps", "1500", "--out", str(out)
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for scheduler in ("sync", "async", "bounded", "hybrid", "fedavg"):
+        assert (out / f"{scheduler}-s0" / "summary.json").exists()
+        assert f"| {scheduler} |" in proc.stdout
+    assert (out / "report" / "curves_env_steps.png").stat().st_size > 0
+    rerun = hybrid_cli("demo", "--seeds", "0", "--total-env-steps", "1500", "--out", str(out))
+    assert rerun.returncode == 0 and rerun.stdout.count("done before, kept") == 5
