@@ -25,6 +25,27 @@ from typing import Any
 
 from hybrid.config import ConfigError, TrainConfig
 
+_MUJOCO_PPO: dict[str, Any] = {
+    "algo": "ppo",
+    "workers": 4,
+    "envs_per_worker": 1,
+    "rollout_steps": 512,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "ent_coef": 0.0,
+    "ppo_epochs": 10,
+    "ppo_minibatches": 16,
+    "ppo_lr": 3e-4,
+    "optimizer": "sgd",
+    "lr": 1.0,
+    "value_norm": False,
+    "normalize_obs": True,
+    "normalize_reward": True,
+    "total_env_steps": 1_000_000,
+    "eval_every": 50_000,
+    "eval_episodes": 5,
+}
+
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # MPE episodes are 25 steps: one rollout per episode, 4 envs a worker to batch the
     # forward pass, and gamma 0.95 (with 0.99 a truncated episode bootstraps ~100 steps
@@ -85,46 +106,8 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     # MuJoCo locomotion: PPO on 1M steps with normalized observations and rewards (the
     # CleanRL / rl-zoo recipe); every worker's envs own their MuJoCo model and data.
-    "HalfCheetah-v5": {
-        "algo": "ppo",
-        "workers": 4,
-        "envs_per_worker": 1,
-        "rollout_steps": 512,
-        "gamma": 0.99,
-        "gae_lambda": 0.95,
-        "ent_coef": 0.0,
-        "ppo_epochs": 10,
-        "ppo_minibatches": 16,
-        "ppo_lr": 3e-4,
-        "optimizer": "sgd",
-        "lr": 1.0,
-        "value_norm": False,
-        "normalize_obs": True,
-        "normalize_reward": True,
-        "total_env_steps": 1_000_000,
-        "eval_every": 50_000,
-        "eval_episodes": 5,
-    },
-    "Hopper-v5": {
-        "algo": "ppo",
-        "workers": 4,
-        "envs_per_worker": 1,
-        "rollout_steps": 512,
-        "gamma": 0.99,
-        "gae_lambda": 0.95,
-        "ent_coef": 0.0,
-        "ppo_epochs": 10,
-        "ppo_minibatches": 16,
-        "ppo_lr": 3e-4,
-        "optimizer": "sgd",
-        "lr": 1.0,
-        "value_norm": False,
-        "normalize_obs": True,
-        "normalize_reward": True,
-        "total_env_steps": 1_000_000,
-        "eval_every": 50_000,
-        "eval_episodes": 5,
-    },
+    "HalfCheetah-v5": _MUJOCO_PPO,
+    "Hopper-v5": _MUJOCO_PPO,
     # A2C as in the A3C paper's Atari runs (baselines' settings: 16 envs x 5 steps,
     # RMSProp 7e-4 shared by all workers); the Nature CNN is chosen from the image shape.
     "ALE/Pong-v5": {
