@@ -101,6 +101,23 @@ class ActorCritic(nn.Module):
                 self.actor[-1].bias[action_dim:] = log_std_init
         elif continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        # Acting calls the actor once per env step: on tiny MLPs nn.Module's call machinery
+        # costs as much as the maths, so acting goes straight to the functional ops.
+        # (The Parameter objects stay the same when FlatParams re-points their data.)
+        linears = [m for m in self.actor if isinstance(m, nn.Linear)]
+        plain_mlp = all(isinstance(m, nn.Linear | nn.Tanh) for m in self.actor)
+        self._acting_layers = [(m.weight, m.bias) for m in linears] if plain_mlp else None
+
+    def _actor_no_grad(self, obs: torch.Tensor) -> torch.Tensor:
+        if self._acting_layers is None:
+            return self.actor(obs)
+        x = obs
+        last = len(self._acting_layers) - 1
+        for i, (weight, bias) in enumerate(self._acting_layers):
+            x = nn.functional.linear(x, weight, bias)
+            if i < last:
+                x = torch.tanh(x)
+        return x
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.actor(obs)
@@ -128,7 +145,7 @@ class ActorCritic(nn.Module):
                 return mean
             noise = torch.randn(mean.shape, generator=generator)
             return mean + noise * log_std.exp()
-        out = self.actor(obs)
+        out = self._actor_no_grad(obs)
         if generator is None:
             return out.argmax(-1)
         # Inverse-CDF sampling: several times cheaper than torch.multinomial on tiny batches.

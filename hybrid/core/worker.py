@@ -193,8 +193,9 @@ class Worker:
 
     def encode(self, vector: torch.Tensor) -> tuple[torch.Tensor | bytes, int]:
         """The payload as it travels, and its size on the wire in bytes."""
+        # Uncompressed, or non-finite (which the codecs refuse to encode): the vector travels
+        # raw, and the server sees and rejects what is not finite.
         if self.codec is None or not torch.isfinite(vector).all():
-            # A non-finite update travels raw so that the server can see and reject it.
             return vector, vector.numel() * vector.element_size()
         wire = self.codec.encode(vector)
         return wire, len(wire)
