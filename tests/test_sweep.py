@@ -229,7 +229,9 @@ def test_ablation_file_plans_nine_runs_and_expands_under_wandb_agent(tmp_path):
     import yaml
 
     # wandb's internal helpers; skip rather than fail if a wandb release moves them.
-    wandb_sweep_utils = pytest.importorskip("wandb.sdk.launch.sweeps.utils")
+    wandb_sweep_utils = pytest.importorskip(
+        "wandb.sdk.launch.sweeps.utils", reason="this wandb release moved its sweep helpers"
+    )
 
     doc = yaml.safe_load((REPO / "sweeps" / "scheduler_ablation.yaml").read_text())
     args = {
