@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -43,3 +45,29 @@ def make_update(worker_id: int, base_version: int, values, env_steps: int = 10, 
         env_steps=env_steps,
         **kw,
     )
+
+
+WALL_CLOCK_FIELDS = {"wall_s", "perf/env_steps_per_s", "perf/virtual_clock_s"}
+
+
+def metric_rows(run_dir) -> list[dict]:
+    """metrics.jsonl without the fields that measure wall-clock time (they never repeat)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in WALL_CLOCK_FIELDS} for line in lines
+    ]
+
+
+def crash_copy(run_dir, dest):
+    """A copy of a finished run as a crash would have left it: no summary, and nothing
+    newer than its middle checkpoint."""
+    from hybrid.checkpoint import list_checkpoints
+
+    shutil.copytree(run_dir, dest)
+    (dest / "summary.json").unlink()
+    checkpoints = list_checkpoints(dest)
+    keep = checkpoints[len(checkpoints) // 2]
+    for later in checkpoints:
+        if later.name > keep.name:
+            later.unlink()
+    return dest

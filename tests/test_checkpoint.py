@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,19 +11,13 @@ import time
 
 import pytest
 import torch
+from conftest import crash_copy, metric_rows
 
 import hybrid
 from hybrid import ConfigError
 from hybrid.checkpoint import CheckpointError, list_checkpoints, load
 from hybrid.core.loop import Diverged
 from hybrid.core.worker import Worker
-
-WALL_CLOCK_FIELDS = {"wall_s", "perf/env_steps_per_s", "perf/virtual_clock_s"}
-
-
-def _rows(run_dir):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rows]
 
 
 def _spans(run_dir):
@@ -58,17 +51,10 @@ def test_resume_is_bit_exact(tiny_config, tmp_path, changes):
     full = hybrid.train(cfg)
     checkpoints = list_checkpoints(full.run_dir)
     assert len(checkpoints) >= 4
-    # A copy of the run as a crash would have left it: a middle checkpoint, no summary.
-    crashed = tmp_path / "crashed"
-    shutil.copytree(full.run_dir, crashed)
-    (crashed / "summary.json").unlink()
-    keep = list_checkpoints(crashed)[len(checkpoints) // 2]
-    for later in list_checkpoints(crashed):
-        if later.name > keep.name:
-            later.unlink()
+    crashed = crash_copy(full.run_dir, tmp_path / "crashed")
     resumed = hybrid.train(resume=str(crashed))
     assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
-    assert _rows(crashed) == _rows(full.run_dir)
+    assert metric_rows(crashed) == metric_rows(full.run_dir)
     assert _spans(crashed) == _spans(full.run_dir)
     for key in ("env_steps", "updates", "staleness_histogram", "final_eval_return", "tasks"):
         assert resumed.summary[key] == full.summary[key], key

@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from conftest import make_update
+from conftest import crash_copy, make_update, metric_rows
 
 import hybrid
 from federated.clients import (
@@ -482,21 +482,24 @@ def test_stragglers_admitted_late_carry_staleness(tiny_config, tmp_path):
     assert summary["dropped"] == 0
 
 
+# Every source of federated randomness at once: sampling, dropout, availability, physics,
+# straggling devices and late Δs admitted with their staleness.
+EVERYTHING_RANDOM = dict(
+    scheduler="fedavg",
+    clients=12,
+    client_fraction=0.5,
+    local_steps=2,
+    client_dynamics="all",
+    client_dropout=0.2,
+    client_availability=0.8,
+    cluster="stragglers",
+    late_policy="admit",
+    client_eval_clients=3,
+)
+
+
 def test_federated_runs_are_reproducible(tiny_config, tmp_path):
-    common = dict(
-        scheduler="fedavg",
-        clients=12,
-        client_fraction=0.5,
-        local_steps=2,
-        client_dynamics="all",
-        client_dropout=0.2,
-        client_availability=0.8,
-        cluster="stragglers",
-        round_deadline_s=0.05,
-        late_policy="admit",
-        client_eval_clients=3,
-        total_env_steps=1_000,
-    )
+    common = dict(EVERYTHING_RANDOM, round_deadline_s=0.05, total_env_steps=1_000)
     hashes = [
         hybrid.train(tiny_config(out=str(tmp_path / name), seed=seed, **common)).summary
         for name, seed in (("a", 0), ("b", 0), ("c", 1))
@@ -510,22 +513,9 @@ def test_federated_runs_are_reproducible(tiny_config, tmp_path):
 def test_resume_is_bit_exact_with_late_deltas_in_flight(tiny_config, tmp_path):
     """Held late Δs live in the scheduler's buffer and late devices in the runtime's
     state, so a checkpoint taken mid-run resumes to the same parameters and rows."""
-    import shutil
-
-    from hybrid.checkpoint import list_checkpoints
-
     cfg = tiny_config(
-        scheduler="fedavg",
-        clients=12,
-        client_fraction=0.5,
-        local_steps=2,
-        client_dynamics="all",
-        client_dropout=0.2,
-        client_availability=0.8,
-        cluster="stragglers",
+        **EVERYTHING_RANDOM,
         round_deadline_s=0.03,
-        late_policy="admit",
-        client_eval_clients=3,
         total_env_steps=2_000,
         checkpoint_every=3,
         keep_checkpoints=100,
@@ -534,25 +524,12 @@ def test_resume_is_bit_exact_with_late_deltas_in_flight(tiny_config, tmp_path):
     )
     full = hybrid.train(cfg)
     assert full.summary["late_admitted"] > 0
-    checkpoints = list_checkpoints(full.run_dir)
-    crashed = tmp_path / "crashed"
-    shutil.copytree(full.run_dir, crashed)
-    (crashed / "summary.json").unlink()
-    keep = list_checkpoints(crashed)[len(checkpoints) // 2]
-    for later in list_checkpoints(crashed):
-        if later.name > keep.name:
-            later.unlink()
+    crashed = crash_copy(full.run_dir, tmp_path / "crashed")
     resumed = hybrid.train(resume=str(crashed))
     assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
     for key in ("virtual_time_s", "rounds", "late_admitted", "dropouts", "client_eval_mean"):
         assert resumed.summary[key] == full.summary[key], key
-    wall = {"wall_s", "perf/env_steps_per_s", "perf/virtual_clock_s"}
-
-    def rows(run_dir):
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-        return [{k: v for k, v in json.loads(x).items() if k not in wall} for x in lines]
-
-    assert rows(crashed) == rows(full.run_dir)
+    assert metric_rows(crashed) == metric_rows(full.run_dir)
 
 
 # --- per-client evaluation ---------------------------------------------------------------------
