@@ -90,9 +90,7 @@ class ActorCritic(nn.Module):
             torso = NatureCNN(obs_shape)
             head = _orthogonal(nn.Linear(NatureCNN.features, outputs), 0.01)
             self.actor = nn.Sequential(torso, head)
-            self.critic = nn.Sequential(
-                torso, _orthogonal(nn.Linear(NatureCNN.features, 1), 1.0)
-            )
+            self.critic = nn.Sequential(torso, _orthogonal(nn.Linear(NatureCNN.features, 1), 1.0))
         else:
             self.actor = mlp(obs_dim, outputs, hidden, layers, last_gain=0.01)
             self.critic = mlp(obs_dim, 1, hidden, layers, last_gain=1.0)

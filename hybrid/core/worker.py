@@ -229,8 +229,12 @@ class Worker:
             scaler.load_state_dict(state["reward_scaler"])
         runner.episode_return = np.asarray(state["episode_return"]).copy()
         runner.episode_length = np.asarray(state["episode_length"]).copy()
-        reseed = [int_seed(s) for s in stream(self.cfg.seed, WORKER, self.worker_id,
-                                               RESUME_STREAM).spawn(runner.num_envs)]
+        reseed = [
+            int_seed(s)
+            for s in stream(self.cfg.seed, WORKER, self.worker_id, RESUME_STREAM).spawn(
+                runner.num_envs
+            )
+        ]
         for i, obs in load_vector_env_state(runner.envs, state["envs"], reseed).items():
             # A simulator whose state is not plain data restarts its episode.
             runner.obs[i] = np.asarray(obs, dtype=np.float32).reshape(-1)
