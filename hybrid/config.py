@@ -109,7 +109,9 @@ class TrainConfig:
 
     # --- parallel runtimes ----------------------------------------------------------------------
     lock_free: bool = True
-    """processes: workers read θ unguarded while it is written (Hogwild!); off: retry torn reads."""
+    """processes: Hogwild! (with async, workers step the shared θ and optimizer statistics
+    themselves; reads are unguarded). Off, "locked": the main process applies every update
+    and each read is one whole version."""
     ray_address: str = ""
     """Ray cluster to join (ray runtime); empty starts a local, loopback-only instance."""
     inject_worker_faults: float = 0.0

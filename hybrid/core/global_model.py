@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hybrid.core.update import Snapshot, Update
 from hybrid.normalization import GlobalObsStats
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 
 @dataclass
@@ -65,16 +68,24 @@ class GlobalModel:
         # Observation statistics are server state like θ: merged from every worker's
         # updates, delivered in every snapshot, used by evaluation, saved in checkpoints.
         self.obs_stats = GlobalObsStats(obs_norm_dim) if obs_norm_dim > 0 else None
+        self.optimizer_name, self.momentum = optimizer, momentum
+        self.shared: dict[str, torch.Tensor] | None = None
+        """θ and the optimizer statistics, once moved into shared memory (``share_memory``)."""
+        self.written_by_workers = False
+        """Hogwild!: each worker has already applied its own update to the shared θ with
+        the shared optimizer statistics, so ``apply`` only counts the version."""
 
     @property
     def params(self) -> torch.Tensor:
         return self.param.data
 
-    def snapshot(self, task: str = "gradient") -> Snapshot:
+    def snapshot(self, task: str = "gradient", progress: float = 0.0) -> Snapshot:
         extras = {"target": self.target.clone()} if self.target is not None else {}
         if self.obs_stats is not None:
             extras.update(self.obs_stats.extras())
-        return Snapshot(self.param.data.clone(), self.version, extras=extras, task=task)
+        return Snapshot(
+            self.param.data.clone(), self.version, extras=extras, task=task, progress=progress
+        )
 
     def observe(self, update: Update) -> None:
         """Take what an arriving update reports besides its payload (observation statistics),
@@ -94,6 +105,9 @@ class GlobalModel:
         if direction is None:
             raise ValueError("a Step without a direction must go through a learner first")
         norm = float(torch.linalg.vector_norm(direction))
+        if self.written_by_workers:
+            self._count_version()
+            return norm
         if step.clip and self.max_grad_norm > 0 and norm > self.max_grad_norm:
             direction = direction * (self.max_grad_norm / (norm + 1e-6))
         for group in self.optimizer.param_groups:
@@ -101,10 +115,41 @@ class GlobalModel:
         self.param.grad = direction
         self.optimizer.step()
         self.param.grad = None
+        self._count_version()
+        return norm
+
+    def _count_version(self) -> None:
         self.version += 1
         if self.target is not None and self.version % self.target_every == 0:
             self.target.copy_(self.param.data)
-        return norm
+
+    # --- shared memory (the processes runtime) ----------------------------------------------
+
+    def share_memory(self) -> dict[str, torch.Tensor]:
+        """Move θ and the optimizer statistics into shared memory, in place.
+
+        Returns the tensors (``param`` and the optimizer's state) that another process
+        hands to ``attach_shared`` to step this very model: Hogwild!'s shared θ and,
+        as in the A3C paper, optimizer statistics shared by every worker. The
+        statistics are created now (zeros, as the optimizer would on its first step)
+        so that they exist before any worker starts.
+        """
+        if self.shared is None:
+            state = self.optimizer.state[self.param]
+            if not state:
+                name, momentum = self.optimizer_name, self.momentum
+                state.update(initial_optimizer_state(name, self.param, momentum))
+            for tensor in (self.param.data, *state.values()):
+                tensor.share_memory_()
+            self.shared = {"param": self.param.data, **state}
+        return self.shared
+
+    def attach_shared(self, shared: dict[str, torch.Tensor]) -> None:
+        """Step the θ and optimizer statistics that ``share_memory`` returned elsewhere."""
+        self.param.data = shared["param"]
+        state = {k: v for k, v in shared.items() if k != "param"}
+        self.optimizer.state[self.param] = state
+        self.shared = shared
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +164,13 @@ class GlobalModel:
         self.param.data.copy_(state["params"])
         self.version = int(state["version"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.shared is not None:
+            # load_state_dict made new statistics tensors: copy them into the shared ones
+            loaded = self.optimizer.state[self.param]
+            for name, tensor in self.shared.items():
+                if name != "param" and name in loaded:
+                    tensor.copy_(loaded[name])
+            self.attach_shared(self.shared)
         if self.target is not None:
             self.target.copy_(state["target"])
         if self.obs_stats is not None and state.get("obs_stats") is not None:
@@ -126,6 +178,43 @@ class GlobalModel:
 
     def sha256(self) -> str:
         return params_sha256(self.param.data)
+
+
+def build_global_model(cfg: TrainConfig, params: torch.Tensor, obs_dim: int = 0) -> GlobalModel:
+    """The global model ``cfg`` asks for, starting from ``params``."""
+    return GlobalModel(
+        params,
+        optimizer=cfg.optimizer,
+        lr=cfg.lr,
+        max_grad_norm=cfg.max_grad_norm,
+        lr_schedule=cfg.lr_schedule,
+        adam_eps=cfg.adam_eps,
+        rmsprop_alpha=cfg.rmsprop_alpha,
+        target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
+        momentum=cfg.server_momentum,
+        obs_norm_dim=obs_dim if cfg.normalize_obs else 0,
+    )
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    return bool(torch.isfinite(tensor).all())
+
+
+def initial_optimizer_state(
+    name: str, param: torch.Tensor, momentum: float = 0.0
+) -> dict[str, torch.Tensor]:
+    """The state torch's optimizer would create on its first step, created up front."""
+    if name == "adam":
+        return {
+            "step": torch.tensor(0.0),
+            "exp_avg": torch.zeros_like(param),
+            "exp_avg_sq": torch.zeros_like(param),
+        }
+    if name == "rmsprop":  # no momentum, not centred: what make_optimizer builds
+        return {"step": torch.tensor(0.0), "square_avg": torch.zeros_like(param)}
+    if name == "sgd":  # a zero buffer gives the same first step as torch's clone of the gradient
+        return {"momentum_buffer": torch.zeros_like(param)} if momentum else {}
+    raise ValueError(f"optimizer: unknown {name!r}; choose one of adam, rmsprop, sgd")
 
 
 def params_sha256(params: torch.Tensor) -> str:

@@ -28,7 +28,7 @@ from hybrid.algorithms import ALGORITHMS
 from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to_state
 from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
-from hybrid.core.global_model import GlobalModel, params_sha256
+from hybrid.core.global_model import GlobalModel, all_finite, build_global_model, params_sha256
 from hybrid.core.learner import Learner
 from hybrid.core.update import Update
 from hybrid.core.worker import build_model
@@ -163,7 +163,7 @@ class Receiver:
                 stacklevel=2,
             )
             return "corrupt"
-        if not torch.isfinite(update.payload).all():
+        if not all_finite(update.payload):
             return "nonfinite"
         return None
 
@@ -276,7 +276,9 @@ class Training:
             starting = scheduler.ready(runtime.idle_workers(), global_model.version)
             if starting:
                 # shared by all tasks started together
-                snapshot = global_model.snapshot(task=scheduler.payload_kind)
+                snapshot = global_model.snapshot(
+                    task=scheduler.payload_kind, progress=stats.env_steps / cfg.total_env_steps
+                )
                 for worker_id in starting:
                     runtime.dispatch(worker_id, snapshot)
                 stats.bytes_down += len(starting) * snapshot.params.numel() * 4
@@ -518,21 +520,10 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     run_dir = Path(cfg.out) if resume_state is not None else prepare_run_dir(cfg)
 
     torch.set_num_threads(cfg.torch_threads)
-    global_model = GlobalModel(
-        initial_params(cfg, info),
-        optimizer=cfg.optimizer,
-        lr=cfg.lr,
-        max_grad_norm=cfg.max_grad_norm,
-        lr_schedule=cfg.lr_schedule,
-        adam_eps=cfg.adam_eps,
-        rmsprop_alpha=cfg.rmsprop_alpha,
-        target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
-        momentum=cfg.server_momentum,
-        obs_norm_dim=info.obs_dim if cfg.normalize_obs else 0,
-    )
+    global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_dim)
     scheduler = make_scheduler(cfg)
     learner = make_learner(cfg, info, scheduler.payload_kind)
-    runtime = make_runtime(cfg, info)
+    runtime = make_runtime(cfg, info, global_model, scheduler)
     evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume_state is None:

@@ -18,6 +18,9 @@ class Snapshot:
     """Other server state a task reads, e.g. ``target`` (a Q-learning target network)."""
     task: str = "gradient"
     """What the worker must send back: the scheduler's ``payload_kind``."""
+    progress: float = 0.0
+    """How much of the env-step budget had been spent (0..1): the learning-rate schedule's
+    input, for workers that step the shared optimizer themselves (Hogwild!)."""
 
 
 @dataclass

@@ -9,7 +9,9 @@ from hybrid.core.update import Snapshot, Update
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig
+    from hybrid.core.global_model import GlobalModel
     from hybrid.envs import EnvInfo
+    from hybrid.schedulers.base import Scheduler
 
 
 class Runtime(Protocol):
@@ -26,19 +28,24 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-def _serial(cfg: TrainConfig, info: EnvInfo) -> Runtime:
+def _serial(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
     from hybrid.runtimes.serial import SerialRuntime
 
     return SerialRuntime(cfg, info)
 
 
-def _processes(cfg: TrainConfig, info: EnvInfo) -> Runtime:
+def _processes(
+    cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler
+) -> Runtime:
     from hybrid.runtimes.processes import ProcessRuntime
 
-    return ProcessRuntime(cfg, info)
+    # Hogwild!: workers step the shared θ themselves when the scheduler would apply each
+    # update alone anyway and nothing (a codec) must see the payload first.
+    hogwild = cfg.lock_free and scheduler.applies_alone and cfg.codec == "none"
+    return ProcessRuntime(cfg, info, model if hogwild else None)
 
 
-def _ray(cfg: TrainConfig, info: EnvInfo) -> Runtime:
+def _ray(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
     try:
         from hybrid.runtimes.ray import RayRuntime
     except ModuleNotFoundError as exc:  # ray is an extra
@@ -52,12 +59,16 @@ def _ray(cfg: TrainConfig, info: EnvInfo) -> Runtime:
     return RayRuntime(cfg, info)
 
 
-RUNTIMES: dict[str, Callable[[TrainConfig, EnvInfo], Runtime]] = {
+RUNTIMES: dict[str, Callable[[TrainConfig, EnvInfo, GlobalModel, Scheduler], Runtime]] = {
     "serial": _serial,
     "processes": _processes,
     "ray": _ray,
 }
 
 
-def make_runtime(cfg: TrainConfig, info: EnvInfo) -> Runtime:
-    return RUNTIMES[cfg.runtime](cfg, info)
+def make_runtime(
+    cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler
+) -> Runtime:
+    """The runtime ``cfg`` names. It may take over ``model``'s storage (shared memory) when
+    ``scheduler`` lets workers apply their own updates."""
+    return RUNTIMES[cfg.runtime](cfg, info, model, scheduler)

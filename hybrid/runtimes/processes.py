@@ -5,7 +5,8 @@ How a task flows
 The main process runs the one loop and owns the ``GlobalModel`` and its optimizer.
 Three shared-memory tensors are created once and handed to every worker process:
 
-``theta``  the published global parameters (flat float32),
+``theta``  the global parameters (flat float32): published copies, or under Hogwild!
+           the global model's own storage,
 ``meta``   a seqlock word and the version of what ``theta`` holds,
 ``grads``  one gradient slot per worker.
 
@@ -32,31 +33,33 @@ In the A3C paper each thread (i) copies the shared θ at the start of a segment,
 without a lock, (ii) computes a gradient, (iii) applies it to the shared θ with
 RMSProp statistics shared by all threads, also without a lock.
 
-Here (i) is literal. With ``lock_free=True`` nothing guards the read, so a read that
-overlaps a publication can see a mix of two versions: Hogwild!'s inconsistent read.
-The seqlock word detects it and the runtime counts it (``sched/torn_reads``); the
-update is tagged with the version that was complete when the read began. With
-``lock_free=False`` ("locked") such a read is retried, so every read is one whole
-version. We give that guarantee with a retrying seqlock rather than a shared mutex:
-a worker SIGKILLed while holding a mutex would leave it locked and hang the run,
-while a dead seqlock reader blocks nobody.
+With ``lock_free=True`` and the ``async`` scheduler (no codec) all three are literal.
+The global model's own θ and its optimizer statistics are moved into shared memory
+(``GlobalModel.share_memory``) and every worker steps them itself, through the same
+optimizer code the main process would run (``GlobalModel.attach_shared``): clipping,
+the learning-rate schedule (from the run's progress sent with each task) and the
+optimizer's step, all unguarded, so two workers may write the same coordinate at
+once and a read may mix several writes. The loop still sees every update: it counts
+it, measures staleness, logs it and gives it the next version; its ``apply`` only
+counts, because ``written_by_workers`` says the step is taken (a non-finite payload
+is neither applied by the worker nor admitted by the loop: both use one test). The
+model the loop evaluates and checkpoints is the one the workers train. The version a
+worker tags its update with is the newest the main process had counted when the read
+began; θ may already hold a few more steps. Torn reads are not counted here: every
+read may interleave with writes, which is the point.
 
-(iii) is done by the main process: the loop applies each gradient the moment it
-arrives (``async``) with the one server optimizer, whose statistics are therefore
-shared by every worker as in the paper, and no update waits for a lock or a round.
-Because every ``async`` apply is followed by the dispatch of the worker that just
-delivered, ``theta`` always holds the global model's newest version.
-What is not modelled is *concurrent writers*: in the paper two threads can write the
-same coordinate at once and one write can be lost; here every gradient lands once.
-We chose a single writer because the loop must see every update (to admit, combine,
-count staleness) and the model it evaluates and checkpoints must be the very
-parameters the workers train; workers writing θ themselves would leave the main
-process with a stale replica unless the core gave the runtime the global model's
-storage (the hook is described in the issue note). The optimizer step itself is
-cheap (Adam on the 9k CartPole parameters: ~40 µs); what bounds scaling is the main
-process's whole per-update bookkeeping (the loop's admit, apply and logging plus
-~0.1 ms here), ~0.3-0.4 ms against ~1 ms for a default 10-step task, so larger tasks
-(``envs_per_worker``, ``rollout_steps``) scale to more workers.
+Everywhere else (``sync``, ``bounded``, a codec, or ``lock_free=False``, "locked") the
+main process is the one writer: the loop applies each update with the one server
+optimizer and ``dispatch`` publishes θ under a seqlock. Lock-free, a read that
+overlaps a publication is kept and counted (``sched/torn_reads``), tagged with the
+older version; locked, such a read is retried, so every read is one whole version. A
+retrying seqlock rather than a shared mutex: a worker SIGKILLed while holding a mutex
+would leave it locked and hang the run, while a dead seqlock reader blocks nobody.
+
+What bounds scaling on few cores is the main process's per-update bookkeeping (the
+loop's admit, logging and the pipe: ~0.1-0.3 ms against ~1 ms for a default 10-step
+CartPole task), so larger tasks (``envs_per_worker``, ``rollout_steps``) scale to
+more workers; ``benchmarks/scaling.py`` measures it beside the machine's ceiling.
 
 Faults
 ------
@@ -100,6 +103,7 @@ import torch
 import torch.multiprocessing as mp
 
 from hybrid.config import TrainConfig
+from hybrid.core.global_model import GlobalModel, Step, all_finite, build_global_model
 from hybrid.core.update import Snapshot, Update
 from hybrid.core.worker import Worker, build_model
 from hybrid.envs import EnvInfo
@@ -161,6 +165,7 @@ def _worker_main(
     meta: torch.Tensor,
     grads: torch.Tensor,
     consistent: bool,
+    shared_model: dict[str, torch.Tensor] | None,
 ) -> None:
     # Ctrl-C reaches the whole foreground process group; stopping us is the main
     # process's job (close()), and a worker dying mid-send would only add noise.
@@ -169,14 +174,24 @@ def _worker_main(
     worker = None
     try:
         worker = Worker(worker_id, cfg, info, incarnation)
+        # Hogwild!: this process steps the global model itself, through the shared θ and
+        # optimizer statistics, with the very optimizer code the main process would run.
+        hogwild: GlobalModel | None = None
+        if shared_model is not None:
+            hogwild = build_global_model(cfg, torch.zeros_like(theta))
+            hogwild.attach_shared(shared_model)
         warm_up(worker)
         local = torch.empty_like(theta)
         meta_np = meta.numpy()  # a view of the same shared words
         conn.send(("ready", os.getpid()))
         while (message := conn.recv()) is not None:
             started_at = time.monotonic()  # a system-wide clock: comparable across processes
-            task, extras = message
-            version, torn = read_params(theta, meta_np, consistent, local)
+            task, extras, progress = message
+            if hogwild is not None:  # an unguarded copy of θ while other workers write it
+                version, torn = int(meta_np[VERSION]), False
+                local.copy_(theta)
+            else:
+                version, torn = read_params(theta, meta_np, consistent, local)
             snapshot = Snapshot(local, version, extras=unpack(extras or {}), task=task)
             update = worker.run_task(snapshot)
             record = update_record(update)
@@ -186,6 +201,9 @@ def _worker_main(
                 and payload.dtype == grads.dtype
                 and payload.shape == grads[worker_id].shape
             )
+            if hogwild is not None and record["in_slot"] and all_finite(payload):
+                # The loop's Receiver refuses a non-finite payload by the same test.
+                hogwild.apply(Step(payload, clip=update.kind != "delta"), progress)
             if record["in_slot"]:  # a gradient or Δ: the common case, through shared memory
                 grads[worker_id].copy_(payload)
             else:  # codec bytes, a trajectory: small, or not parameter-shaped
@@ -224,8 +242,8 @@ class _Slot:
     """A task waits for the worker to become ready (after a start or a restart)."""
     failures: int = 0
     """Unexpected failures since the last finished task."""
-    task: tuple[str, Any] = ("gradient", None)
-    """The task to (re-)run: its kind and the snapshot's packed extras."""
+    task: tuple[str, Any, float] = ("gradient", None, 0.0)
+    """The task to (re-)run: its kind, the snapshot's packed extras and the run's progress."""
     killed_on_purpose: bool = False
     last_error: str = ""
 
@@ -248,12 +266,20 @@ def _stop_processes(processes: list[BaseProcess], grace_s: float) -> None:
 class ProcessRuntime:
     """Workers in spawned processes; θ in shared memory; real wall-clock time."""
 
-    def __init__(self, cfg: TrainConfig, info: EnvInfo) -> None:
+    def __init__(self, cfg: TrainConfig, info: EnvInfo, hogwild: GlobalModel | None = None) -> None:
+        """``hogwild``: the global model whose θ and optimizer statistics the workers step
+        themselves (moved into shared memory here); None: the main process applies."""
         warn_if_oversubscribed(cfg.workers, "processes")
         self.cfg, self.info = cfg, info
         self._ctx = mp.get_context("spawn")  # fork would copy the parent's threads and locks
         numel = FlatParams(build_model(cfg, info)).numel
-        self._theta = torch.zeros(numel).share_memory_()
+        self._shared_model: dict[str, torch.Tensor] | None = None
+        if hogwild is not None:
+            self._shared_model = hogwild.share_memory()
+            hogwild.written_by_workers = True
+            self._theta = self._shared_model["param"]  # the global model's own storage
+        else:
+            self._theta = torch.zeros(numel).share_memory_()
         self._meta = torch.zeros(2, dtype=torch.int64).share_memory_()
         self._meta_np = self._meta.numpy()
         self._grads = torch.zeros(cfg.workers, numel).share_memory_()
@@ -291,7 +317,8 @@ class ProcessRuntime:
         if slot.busy:
             raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
         self._publish(snapshot)
-        slot.task = (snapshot.task, pack(snapshot.extras) if snapshot.extras else None)
+        extras = pack(snapshot.extras) if snapshot.extras else None
+        slot.task = (snapshot.task, extras, snapshot.progress)
         slot.busy = True
         slot.pending = True
         if slot.ready:
@@ -312,6 +339,8 @@ class ProcessRuntime:
         return None
 
     def metrics(self) -> dict[str, float]:
+        if self._shared_model is not None:  # under Hogwild! every read may be torn: not counted
+            return self.counters.as_metrics()
         return self.counters.as_metrics() | {"sched/torn_reads": self.torn_reads}
 
     def close(self) -> None:
@@ -386,6 +415,7 @@ class ProcessRuntime:
                 self._meta,
                 self._grads,
                 not self.cfg.lock_free,
+                self._shared_model,
             ),
             daemon=True,  # multiprocessing's own atexit hook ends daemonic children too
         )
@@ -412,6 +442,10 @@ class ProcessRuntime:
         if snapshot.version == self._published:
             return
         meta = self._meta_np  # numpy view: a scalar store costs ns, a tensor index µs
+        if self._shared_model is not None:  # θ is live: only say which version it has reached
+            meta[VERSION] = snapshot.version
+            self._published = snapshot.version
+            return
         meta[SEQ] += 1  # odd: a write is in progress
         self._theta.copy_(snapshot.params)
         meta[VERSION] = snapshot.version

@@ -9,6 +9,7 @@ from hybrid.schedulers.base import Scheduler
 
 class Async(Scheduler):
     name = "async"
+    applies_alone = True
 
     def ready(self, idle: Sequence[int], version: int) -> list[int]:
         return list(idle)

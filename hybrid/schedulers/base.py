@@ -29,6 +29,10 @@ class Scheduler(ABC):
     name: ClassVar[str] = ""
     payload_kind: ClassVar[str] = "gradient"
     """What workers must send: ``gradient`` (or ``delta`` / ``trajectory`` for later schedulers)."""
+    applies_alone: ClassVar[bool] = False
+    """Every admitted update becomes a step of its own at the full learning rate, the moment
+    it arrives. Then a worker may take that step itself on shared parameters (Hogwild!):
+    the processes runtime lets it when ``lock_free`` is on and no codec is in the way."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
