@@ -12,6 +12,15 @@ comes and goes skews them less. "vs 1 worker" is the speed-up over the same runt
 and scheduler with one worker; "vs processes" compares with the processes runtime at
 the same scheduler and worker count. The serial runtime's workers are simulated in
 one process, so its rows show what the loop costs without any parallelism.
+"processes" is Hogwild! (under async the workers step the shared θ and optimizer
+statistics themselves); "processes-locked" is ``--no-lock-free``, where the main
+process applies every update.
+
+The "independent" rows are the ceiling for this machine: k unrelated one-worker
+serial runs started at once in k processes, nothing shared and nothing
+communicated, their env steps/s summed. No runtime can scale better than they do;
+on a virtual machine whose vCPUs share physical cores (SMT siblings on the host)
+the ceiling itself stays well below k×.
 
 Part 2: wall time to solve CartPole-v1 with processes/async against serial/async
 (same workers, the largest of ``--workers``), median over seeds.
@@ -98,7 +107,8 @@ def throughput(args: argparse.Namespace, tmp: Path) -> dict[Cell, list[float]]:
                 for scheduler in args.schedulers:
                     for workers in args.workers:
                         cfg = base_config(args).replace(
-                            runtime=runtime,
+                            runtime=runtime.removesuffix("-locked"),
+                            lock_free=not runtime.endswith("-locked"),
                             scheduler=scheduler,
                             workers=workers,
                             seed=repeat,
@@ -116,6 +126,41 @@ def throughput(args: argparse.Namespace, tmp: Path) -> dict[Cell, list[float]]:
                             file=sys.stderr,
                             flush=True,
                         )
+    return rates
+
+
+def _independent_rate(job: tuple[int, int, str]) -> float:
+    seed, steps, out = job
+    cfg = TrainConfig(env="CartPole-v1", progress=False, workers=1, scheduler="async")
+    return float(
+        run(
+            cfg.replace(
+                seed=seed,
+                total_env_steps=steps,
+                stop_when_solved=False,
+                eval_every=10**9,
+                eval_episodes=1,
+                out=out,
+            )
+        )["env_steps_per_s"]
+    )
+
+
+def independent(args: argparse.Namespace, tmp: Path) -> dict[Cell, list[float]]:
+    """The machine's ceiling: k one-worker serial runs at once in k processes, rates summed."""
+    import multiprocessing
+
+    rates: dict[Cell, list[float]] = {}
+    ctx = multiprocessing.get_context("spawn")
+    for repeat in range(args.repeats):
+        for k in args.workers:
+            jobs = [
+                (repeat * 100 + i, args.steps, str(tmp / f"ind-{k}-{repeat}-{i}")) for i in range(k)
+            ]
+            with ctx.Pool(k) as pool:
+                rate = sum(pool.map(_independent_rate, jobs))
+            rates.setdefault(("independent", "–", k), []).append(rate)
+            print(f"  repeat {repeat}: independent x{k}: {rate:,.0f}", file=sys.stderr, flush=True)
     return rates
 
 
@@ -167,7 +212,12 @@ def time_to_solve(args: argparse.Namespace, tmp: Path) -> list[tuple[str, int, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--runtimes", nargs="+", default=["serial", "processes", "ray"])
+    parser.add_argument(
+        "--runtimes",
+        nargs="+",
+        default=["serial", "processes", "processes-locked", "ray"],
+        help="processes-locked: the main process applies every update (no Hogwild!)",
+    )
     parser.add_argument("--schedulers", nargs="+", default=["async", "sync"])
     parser.add_argument("--steps", type=int, default=30_000, help="env steps per throughput run")
     parser.add_argument("--repeats", type=int, default=3)
@@ -179,6 +229,12 @@ def main() -> None:
     parser.add_argument(
         "--rollout-steps", type=int, default=TrainConfig.rollout_steps, help="task size"
     )
+    parser.add_argument(
+        "--ceiling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure k independent one-worker runs at once (the machine's ceiling)",
+    )
     args = parser.parse_args()
     if "ray" in args.runtimes and importlib.util.find_spec("ray") is None:
         print("ray is not installed: skipping the ray runtime", file=sys.stderr)
@@ -187,6 +243,8 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     with tempfile.TemporaryDirectory() as tmp:
         rates = throughput(args, Path(tmp))
+        if args.ceiling:
+            rates |= independent(args, Path(tmp))
         solve = time_to_solve(args, Path(tmp)) if args.solve_seeds else []
 
     print(
