@@ -337,7 +337,9 @@ class Training:
     def check_finite(self, applied: bool) -> None:
         """Stop a diverged run before it writes a checkpoint of garbage."""
         st = self.state
-        finite = not applied or bool(torch.isfinite(self.global_model.params).all())
+        # On a copy: isfinite reads each element twice, and under Hogwild! workers write θ
+        # in between, which reads as a non-finite value that was never there.
+        finite = not applied or all_finite(self.global_model.params.clone())
         if finite and st.nonfinite_streak < self.MAX_NONFINITE_STREAK:
             return
         where = (

@@ -178,6 +178,8 @@ def _worker_main(
         # optimizer statistics, with the very optimizer code the main process would run.
         hogwild: GlobalModel | None = None
         if shared_model is not None:
+            # A throw-away step first: a fresh process's first optimizer step costs ~2 s.
+            build_global_model(cfg, torch.zeros_like(theta)).apply(Step(torch.ones_like(theta)))
             hogwild = build_global_model(cfg, torch.zeros_like(theta))
             hogwild.attach_shared(shared_model)
         warm_up(worker)
