@@ -242,6 +242,18 @@ def test_hogwild_workers_take_the_steps_the_main_process_would(fixed_budget, tmp
     assert hashes[True] != params_sha256(initial_params(cfg, describe(cfg.env, cfg)))
 
 
+def test_hogwild_workers_stop_writing_when_the_loop_ends(fixed_budget, no_leaks):
+    """Long tasks: when the loop ends, the other worker is still computing. Unless it is
+    told to stop writing and waited for, its update would land in θ after the summary's
+    hash (and the final evaluation) were taken, so Result.params would differ from it."""
+    cfg = fixed_budget(
+        runtime="processes", scheduler="async", workers=2, envs_per_worker=8, rollout_steps=100,
+        total_env_steps=3_200, eval_episodes=1, eval_every=10**9,
+    )  # fmt: skip
+    result = hybrid.train(cfg)
+    assert result.summary["final_params_sha256"] == params_sha256(result.params)
+
+
 @pytest.mark.slow
 def test_sync_on_processes_solves_cartpole(tmp_path, no_leaks):
     result = hybrid.train(

@@ -272,6 +272,7 @@ class Training:
         global_model, scheduler, runtime = self.global_model, self.scheduler, self.runtime
         while stats.env_steps < cfg.total_env_steps:
             if self.stop_signal is not None:
+                runtime.settle()
                 raise Interrupted(self.stop_signal, self.checkpoint())
             starting = scheduler.ready(runtime.idle_workers(), global_model.version)
             if starting:
@@ -327,6 +328,7 @@ class Training:
                 self.checkpoint()
 
         train_wall_s = self.train_s()
+        runtime.settle()  # from here on, the global model is what the summary describes
         if st.last_eval is None or st.last_eval[0] != stats.env_steps:
             self.evaluate()
         assert st.last_eval is not None

@@ -7,7 +7,7 @@ Three shared-memory tensors are created once and handed to every worker process:
 
 ``theta``  the global parameters (flat float32): published copies, or under Hogwild!
            the global model's own storage,
-``meta``   a seqlock word and the version of what ``theta`` holds,
+``meta``   a seqlock word, the version of what ``theta`` holds and a halt word,
 ``grads``  one gradient slot per worker.
 
 ``dispatch`` publishes the snapshot into ``theta`` (a 36 KB copy for the CartPole
@@ -120,7 +120,9 @@ from hybrid.runtimes._parallel import (
     warn_if_oversubscribed,
 )
 
-SEQ, VERSION = 0, 1  # the two words of ``meta``
+SEQ, VERSION, HALT = 0, 1, 2  # the words of ``meta``
+SETTLE_TIMEOUT_S = 60.0
+"""settle() waits this long at most for the tasks in flight (each takes ~ms by default)."""
 STARTUP_TIMEOUT_S = 300.0
 """Generous: 16 workers importing torch at once on a busy machine take tens of seconds."""
 STOP_GRACE_S = 2.0
@@ -203,8 +205,12 @@ def _worker_main(
                 and payload.dtype == grads.dtype
                 and payload.shape == grads[worker_id].shape
             )
-            if hogwild is not None and record["in_slot"] and all_finite(payload):
-                # The loop's Receiver refuses a non-finite payload by the same test.
+            if (
+                hogwild is not None
+                and record["in_slot"]
+                and all_finite(payload)  # the loop's Receiver refuses the rest by this test
+                and not meta_np[HALT]  # the loop has ended: θ must stay as it left it
+            ):
                 hogwild.apply(Step(payload, clip=update.kind != "delta"), progress)
             if record["in_slot"]:  # a gradient or Δ: the common case, through shared memory
                 grads[worker_id].copy_(payload)
@@ -282,7 +288,7 @@ class ProcessRuntime:
             self._theta = self._shared_model["param"]  # the global model's own storage
         else:
             self._theta = torch.zeros(numel).share_memory_()
-        self._meta = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._meta = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._meta_np = self._meta.numpy()
         self._grads = torch.zeros(cfg.workers, numel).share_memory_()
         self._published: int | None = None
@@ -339,6 +345,22 @@ class ProcessRuntime:
 
     def virtual_time(self) -> float | None:
         return None
+
+    def settle(self) -> None:
+        """Under Hogwild!: tell workers to stop writing θ and wait for the tasks in flight.
+
+        They finish without applying their updates, so the final evaluation, checkpoint,
+        hash and ``Result.params`` all see the same θ. A task that applied its update in
+        the instant between the loop's last update and the halt word (one per worker at
+        most) is in θ but not in the counts.
+        """
+        if self._shared_model is None:
+            return  # the main process is the one writer, and it has stopped
+        self._meta_np[HALT] = 1
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while any(s.in_flight for s in self._slots) and (left := deadline - time.monotonic()) > 0:
+            for slot in self._handle_events(left):
+                slot.in_flight = False  # it died: it writes nothing more
 
     def metrics(self) -> dict[str, float]:
         if self._shared_model is not None:  # under Hogwild! every read may be torn: not counted

@@ -236,6 +236,9 @@ class RayRuntime:
         self._actors[update.worker_id].busy = False
         return update
 
+    def settle(self) -> None:
+        pass  # only the main process writes the global model
+
     def virtual_time(self) -> float | None:
         return None
 

@@ -136,6 +136,9 @@ class SerialRuntime:
         self.bookkeeping_s += time.perf_counter() - started
         return update
 
+    def settle(self) -> None:
+        pass  # only the main process writes the global model
+
     def virtual_time(self) -> float | None:
         return self.clock
 
