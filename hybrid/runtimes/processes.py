@@ -48,6 +48,16 @@ worker tags its update with is the newest the main process had counted when the 
 began; θ may already hold a few more steps. Torn reads are not counted here: every
 read may interleave with writes, which is the point.
 
+Hogwild! workers also run ahead, as the paper's threads do: a worker starts its next
+task the moment it reports one, instead of waiting for the loop to dispatch it again.
+It applies and reports that task only once the loop has claimed it (by dispatching
+the worker, which ``async`` does as soon as it has taken the previous update), so no
+update reaches θ that the loop has not counted; the claim usually arrives long before
+the task ends. The started-ahead task uses the previous dispatch's extras (observation
+statistics, a target network), one task old; its learning rate comes with the claim.
+When the loop ends, ``settle`` discards started-ahead tasks, raises the halt word so
+that claimed tasks still running apply nothing, and waits for them all.
+
 Everywhere else (``sync``, ``bounded``, a codec, or ``lock_free=False``, "locked") the
 main process is the one writer: the loop applies each update with the one server
 optimizer and ``dispatch`` publishes θ under a seqlock. Lock-free, a read that
@@ -190,7 +200,7 @@ def _worker_main(
         conn.send(("ready", os.getpid()))
         while (message := conn.recv()) is not None:
             started_at = time.monotonic()  # a system-wide clock: comparable across processes
-            task, extras, progress = message
+            _, task, extras, progress = message
             if hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
                 local.copy_(theta)
@@ -205,13 +215,19 @@ def _worker_main(
                 and payload.dtype == grads.dtype
                 and payload.shape == grads[worker_id].shape
             )
-            if (
-                hogwild is not None
-                and record["in_slot"]
-                and all_finite(payload)  # the loop's Receiver refuses the rest by this test
-                and not meta_np[HALT]  # the loop has ended: θ must stay as it left it
-            ):
-                hogwild.apply(Step(payload, clip=update.kind != "delta"), progress)
+            if hogwild is not None:
+                # Wait for the loop to claim this task (it was started ahead of it), then
+                # apply, unless the claim says discard or the loop has ended meanwhile.
+                if (claim := conn.recv()) is None:
+                    break
+                _, progress = claim
+                if (
+                    progress is not None
+                    and record["in_slot"]
+                    and all_finite(payload)  # the loop's Receiver refuses the rest by this test
+                    and not meta_np[HALT]  # the loop has ended: θ must stay as it left it
+                ):
+                    hogwild.apply(Step(payload, clip=update.kind != "delta"), progress)
             if record["in_slot"]:  # a gradient or Δ: the common case, through shared memory
                 grads[worker_id].copy_(payload)
             else:  # codec bytes, a trajectory: small, or not parameter-shaped
@@ -244,10 +260,14 @@ class _Slot:
     """Warmed up and waiting for tasks."""
     busy: bool = False
     """Dispatched, and its update not yet handed to the loop (the scheduler's view)."""
-    in_flight: bool = False
-    """A task was sent and no result has come back."""
-    pending: bool = False
-    """A task waits for the worker to become ready (after a start or a restart)."""
+    claimed: bool = False
+    """The loop dispatched this worker and waits for a result that has not come back."""
+    sent: int = 0
+    """Tasks started whose results have not come back: the claimed one and, running ahead
+    (Hogwild!), the next one, which the worker starts the moment it sends a result."""
+    claims: int = 0
+    """Running ahead: of those, the ones the loop has claimed (a worker applies a task's
+    update only once its claim arrives, so nothing the loop did not count reaches θ)."""
     failures: int = 0
     """Unexpected failures since the last finished task."""
     task: tuple[str, Any, float] = ("gradient", None, 0.0)
@@ -290,6 +310,9 @@ class ProcessRuntime:
             self._theta = torch.zeros(numel).share_memory_()
         self._meta = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._meta_np = self._meta.numpy()
+        # Running ahead, a worker may finish its next task before we copied out the last
+        # one's payload: two slots each, used in turn.
+        self._run_ahead = hogwild is not None
         self._grads = torch.zeros(cfg.workers, numel).share_memory_()
         self._published: int | None = None
         self._arrived: list[tuple[float, int, Update]] = []
@@ -328,9 +351,8 @@ class ProcessRuntime:
         extras = pack(snapshot.extras) if snapshot.extras else None
         slot.task = (snapshot.task, extras, snapshot.progress)
         slot.busy = True
-        slot.pending = True
-        if slot.ready:
-            self._send_task(slot)
+        slot.claimed = True
+        self._top_up(slot)
         if self._faults.strike():
             self.kill_worker(worker_id)
 
@@ -357,10 +379,16 @@ class ProcessRuntime:
         if self._shared_model is None:
             return  # the main process is the one writer, and it has stopped
         self._meta_np[HALT] = 1
+        self._run_ahead = False
+        for slot in self._slots:
+            slot.claimed = False  # nobody will take these results: send nothing more
+            for _ in range(slot.sent - slot.claims):  # a task started ahead: discard it
+                self._send(slot, ("claim", None))
+            slot.claims = slot.sent
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while any(s.in_flight for s in self._slots) and (left := deadline - time.monotonic()) > 0:
+        while any(s.sent for s in self._slots) and (left := deadline - time.monotonic()) > 0:
             for slot in self._handle_events(left):
-                slot.in_flight = False  # it died: it writes nothing more
+                slot.sent = 0  # it died: it writes nothing more
 
     def metrics(self) -> dict[str, float]:
         if self._shared_model is not None:  # under Hogwild! every read may be torn: not counted
@@ -476,13 +504,33 @@ class ProcessRuntime:
         meta[SEQ] += 1
         self._published = snapshot.version
 
-    def _send_task(self, slot: _Slot) -> None:
-        slot.pending = False
-        slot.in_flight = True
+    def _top_up(self, slot: _Slot) -> None:
+        """Send what the worker needs: the claimed task if it has not started it; running
+        ahead, that task's claim and the start of the next one.
+
+        A Hogwild! worker's pipe reads task, claim, task, claim...: it starts a task when
+        told, and applies and reports it when the loop claims it, which the loop does as
+        soon as it has taken the worker's previous update, while the task still runs.
+        """
+        if not slot.ready:
+            return
+        if slot.claimed and slot.sent == slot.claims:  # the claimed task has not started
+            self._send(slot, ("task", *slot.task))
+            slot.sent += 1
+        if self._run_ahead:
+            if slot.claimed and slot.claims < slot.sent:
+                self._send(slot, ("claim", slot.task[2]))  # with the run's progress now
+                slot.claims += 1
+            if slot.sent == slot.claims:
+                self._send(slot, ("task", *slot.task))
+                slot.sent += 1
+
+    @staticmethod
+    def _send(slot: _Slot, message: Any) -> None:
         # A worker that died since we last looked breaks the pipe; its sentinel will wake
-        # the next wait, which restarts it and re-runs this task.
+        # the next wait, which restarts it and re-runs the claimed task.
         with contextlib.suppress(OSError):
-            slot.conn.send(slot.task)
+            slot.conn.send(message)
 
     def _watch(self, slot: _Slot) -> None:
         # One long-lived epoll set: building a fresh one per wait (multiprocessing's
@@ -535,8 +583,7 @@ class ProcessRuntime:
             return False
         if kind == "ready":
             slot.ready = True
-            if slot.pending:
-                self._send_task(slot)
+            self._top_up(slot)
         elif kind == "result":
             self._receive(slot, body)
         elif kind == "error":
@@ -559,11 +606,14 @@ class ProcessRuntime:
         update.started_s = started_at - self._origin
         update.cost_s = received_at - started_at
         update.upload_s = received_at - finished_at
-        heapq.heappush(self._arrived, (finished_at, self._sequence, update))
-        self._sequence += 1
         self.torn_reads += bool(torn)
-        slot.in_flight = False
+        slot.sent -= 1
+        slot.claims = max(slot.claims - 1, 0)  # running ahead, every result had its claim
         slot.failures = 0
+        if slot.claimed:
+            slot.claimed = False
+            heapq.heappush(self._arrived, (finished_at, self._sequence, update))
+            self._sequence += 1
 
     def _stop(self, slot: _Slot) -> None:
         process = slot.process
@@ -575,7 +625,8 @@ class ProcessRuntime:
         self._processes.remove(process)
 
     def _respawn(self, slot: _Slot, incarnation: int) -> None:
-        slot.in_flight = slot.ready = slot.killed_on_purpose = False
+        slot.ready = slot.killed_on_purpose = False
+        slot.sent = slot.claims = 0
         slot.last_error = ""
         slot.incarnation = incarnation
         slot.process, slot.conn = self._spawn(slot.worker_id, incarnation)
@@ -590,12 +641,11 @@ class ProcessRuntime:
             reason = "raised: " + slot.last_error.strip().splitlines()[-1]
         else:
             reason = f"died (exit code {process.exitcode})"
-        lost = slot.in_flight
+        lost = slot.claimed and slot.sent > 0  # a run-ahead task nobody asked for is no loss
         self.counters.restarts += 1
         self.counters.lost_updates += lost
         log_restart(slot.worker_id, slot.incarnation, reason, lost)
         if not slot.killed_on_purpose:
             slot.failures += 1
             check_failures(slot.worker_id, slot.failures, slot.last_error)
-        slot.pending = slot.pending or slot.in_flight  # the lost task re-runs when it is ready
-        self._respawn(slot, slot.incarnation + 1)
+        self._respawn(slot, slot.incarnation + 1)  # a claimed task re-runs once it is ready
