@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--schedulers", nargs="+", default=["async", "sync"])
     parser.add_argument("--steps", type=int, default=30_000, help="env steps per throughput run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--solve-seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--solve-seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
     parser.add_argument("--solve-budget", type=int, default=300_000)
     parser.add_argument(
         "--envs-per-worker", type=int, default=TrainConfig.envs_per_worker, help="task size"

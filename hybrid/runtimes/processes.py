@@ -198,7 +198,8 @@ def _worker_main(
         local = torch.empty_like(theta)
         meta_np = meta.numpy()  # a view of the same shared words
         conn.send(("ready", os.getpid()))
-        while (message := conn.recv()) is not None:
+        message = conn.recv()
+        while message is not None:
             started_at = time.monotonic()  # a system-wide clock: comparable across processes
             _, task, extras, progress = message
             if hogwild is not None:  # an unguarded copy of θ while other workers write it
@@ -215,12 +216,14 @@ def _worker_main(
                 and payload.dtype == grads.dtype
                 and payload.shape == grads[worker_id].shape
             )
+            following = None
             if hogwild is not None:
                 # Wait for the loop to claim this task (it was started ahead of it), then
-                # apply, unless the claim says discard or the loop has ended meanwhile.
+                # apply, unless the claim says discard or the loop has ended meanwhile. The
+                # claim brings the next task to start ahead, in the same message.
                 if (claim := conn.recv()) is None:
                     break
-                _, progress = claim
+                _, progress, following = claim
                 if (
                     progress is not None
                     and record["in_slot"]
@@ -234,6 +237,7 @@ def _worker_main(
                 record["wire"] = pack(payload)
             record.update(torn=torn, started_at=started_at, finished_at=time.monotonic())
             conn.send(("result", record))
+            message = following if following is not None else conn.recv()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process has gone: there is nobody left to report to
     except BaseException:
@@ -383,7 +387,7 @@ class ProcessRuntime:
         for slot in self._slots:
             slot.claimed = False  # nobody will take these results: send nothing more
             for _ in range(slot.sent - slot.claims):  # a task started ahead: discard it
-                self._send(slot, ("claim", None))
+                self._send(slot, ("claim", None, None))
             slot.claims = slot.sent
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while any(s.sent for s in self._slots) and (left := deadline - time.monotonic()) > 0:
@@ -508,22 +512,21 @@ class ProcessRuntime:
         """Send what the worker needs: the claimed task if it has not started it; running
         ahead, that task's claim and the start of the next one.
 
-        A Hogwild! worker's pipe reads task, claim, task, claim...: it starts a task when
-        told, and applies and reports it when the loop claims it, which the loop does as
-        soon as it has taken the worker's previous update, while the task still runs.
+        A Hogwild! worker starts a task when told, and applies and reports it when the loop
+        claims it, which the loop does as soon as it has taken the worker's previous update,
+        while the task still runs. A claim carries the next task to start (one message,
+        one system call per update).
         """
         if not slot.ready:
             return
         if slot.claimed and slot.sent == slot.claims:  # the claimed task has not started
             self._send(slot, ("task", *slot.task))
             slot.sent += 1
-        if self._run_ahead:
-            if slot.claimed and slot.claims < slot.sent:
-                self._send(slot, ("claim", slot.task[2]))  # with the run's progress now
-                slot.claims += 1
-            if slot.sent == slot.claims:
-                self._send(slot, ("task", *slot.task))
-                slot.sent += 1
+        if self._run_ahead and slot.claimed and slot.claims < slot.sent:
+            # the run's progress now (the learning rate), and the next task
+            self._send(slot, ("claim", slot.task[2], ("task", *slot.task)))
+            slot.claims += 1
+            slot.sent += 1
 
     @staticmethod
     def _send(slot: _Slot, message: Any) -> None:
