@@ -339,9 +339,7 @@ class Training:
     def check_finite(self, applied: bool) -> None:
         """Stop a diverged run before it writes a checkpoint of garbage."""
         st = self.state
-        # On a copy: isfinite reads each element twice, and under Hogwild! workers write θ
-        # in between, which reads as a non-finite value that was never there.
-        finite = not applied or all_finite(self.global_model.params.clone())
+        finite = not applied or all_finite(self.global_model.params)  # one read: Hogwild!-safe
         if finite and st.nonfinite_streak < self.MAX_NONFINITE_STREAK:
             return
         where = (
