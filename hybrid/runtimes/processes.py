@@ -522,7 +522,8 @@ class ProcessRuntime:
         if slot.claimed and slot.sent == slot.claims:  # the claimed task has not started
             self._send(slot, ("task", *slot.task))
             slot.sent += 1
-        if self._run_ahead and slot.claimed and slot.claims < slot.sent:
+        # At most one claim is outstanding: the loop has one task of a worker in hand.
+        if self._run_ahead and slot.claimed and slot.claims == 0 and slot.sent > 0:
             # the run's progress now (the learning rate), and the next task
             self._send(slot, ("claim", slot.task[2], ("task", *slot.task)))
             slot.claims += 1
