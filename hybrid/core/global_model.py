@@ -84,9 +84,10 @@ class GlobalModel:
         extras = {"target": self.target.clone()} if self.target is not None else {}
         if self.obs_stats is not None:
             extras.update(self.obs_stats.extras())
-        return Snapshot(
-            self.param.data.clone(), self.version, extras=extras, task=task, progress=progress
-        )
+        # Under Hogwild! workers read the live shared θ, unlocked, whenever they start:
+        # a copy taken here would be read by nobody.
+        params = self.param.data if self.written_by_workers else self.param.data.clone()
+        return Snapshot(params, self.version, extras=extras, task=task, progress=progress)
 
     def observe(self, update: Update) -> None:
         """Take what an arriving update reports besides its payload (observation statistics),

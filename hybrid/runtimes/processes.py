@@ -97,6 +97,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import pickle
 import selectors
 import signal
 import sys
@@ -137,6 +138,15 @@ STARTUP_TIMEOUT_S = 300.0
 """Generous: 16 workers importing torch at once on a busy machine take tens of seconds."""
 STOP_GRACE_S = 2.0
 """How long close() waits for workers to finish their task and exit before terminating them."""
+
+
+def _dumps(message: Any) -> bytes:
+    """A task or a result, for the pipe: plain pickle, as they hold no tensors.
+
+    ``Connection.send`` builds a ``ForkingPickler`` per message (~3 µs against ~1 µs),
+    whose only gain, moving tensors into shared memory, these messages never need.
+    """
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 # --- the worker process ----------------------------------------------------------------------
@@ -236,7 +246,7 @@ def _worker_main(
             else:  # codec bytes, a trajectory: small, or not parameter-shaped
                 record["wire"] = pack(payload)
             record.update(torn=torn, started_at=started_at, finished_at=time.monotonic())
-            conn.send(("result", record))
+            conn.send_bytes(_dumps(("result", record)))
             message = following if following is not None else conn.recv()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process has gone: there is nobody left to report to
@@ -314,10 +324,11 @@ class ProcessRuntime:
             self._theta = torch.zeros(numel).share_memory_()
         self._meta = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._meta_np = self._meta.numpy()
-        # Running ahead, a worker may finish its next task before we copied out the last
-        # one's payload: two slots each, used in turn.
         self._run_ahead = hogwild is not None
+        # One slot per worker is enough, running ahead too: a worker writes its slot only
+        # once the loop has claimed the task, after we copied the previous payload out.
         self._grads = torch.zeros(cfg.workers, numel).share_memory_()
+        self._grad_slots = list(self._grads)  # views made once: indexing costs µs per update
         self._published: int | None = None
         self._arrived: list[tuple[float, int, Update]] = []
         self._sequence = 0
@@ -534,7 +545,7 @@ class ProcessRuntime:
         # A worker that died since we last looked breaks the pipe; its sentinel will wake
         # the next wait, which restarts it and re-runs the claimed task.
         with contextlib.suppress(OSError):
-            slot.conn.send(message)
+            slot.conn.send_bytes(_dumps(message))
 
     def _watch(self, slot: _Slot) -> None:
         # One long-lived epoll set: building a fresh one per wait (multiprocessing's
@@ -601,7 +612,7 @@ class ProcessRuntime:
         started_at, finished_at = record.pop("started_at"), record.pop("finished_at")
         if record.pop("in_slot"):
             # Copy out of the slot now: the worker overwrites it on its next task.
-            payload = self._grads[slot.worker_id].clone()
+            payload = self._grad_slots[slot.worker_id].clone()
         else:
             payload = unpack(record.pop("wire"))
         update = Update(payload=payload, **record)

@@ -67,7 +67,10 @@ class Scheduler(ABC):
         self.buffer.clear()
         if not updates:
             return None
-        direction = weighted_mean([u.payload for u in updates], [u.weight for u in updates])
+        if len(updates) == 1:  # async's every step: the payload is its own mean, uncopied
+            direction = updates[0].payload
+        else:
+            direction = weighted_mean([u.payload for u in updates], [u.weight for u in updates])
         # A model difference (fedavg's or PPO's Δ) is not a gradient: bounding its norm by
         # max_grad_norm would cap how far one round may move. Workers clip their own gradients.
         return Step(direction, clip=any(u.kind != "delta" for u in updates))
