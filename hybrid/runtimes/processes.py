@@ -66,10 +66,12 @@ older version; locked, such a read is retried, so every read is one whole versio
 retrying seqlock rather than a shared mutex: a worker SIGKILLed while holding a mutex
 would leave it locked and hang the run, while a dead seqlock reader blocks nobody.
 
-What bounds scaling on few cores is the main process's per-update bookkeeping (the
-loop's admit, logging and the pipe: ~0.1-0.3 ms against ~1 ms for a default 10-step
-CartPole task), so larger tasks (``envs_per_worker``, ``rollout_steps``) scale to
-more workers; ``benchmarks/scaling.py`` measures it beside the machine's ceiling.
+What bounds scaling on few cores is the main process's per-update bookkeeping: the
+loop and the pipe take ~0.06 ms of CPU per update when the main process has a core
+to itself, ~0.12 ms when it must preempt a worker to run (a cold cache on every
+wake-up), against ~1 ms for a default 10-step CartPole task. Larger tasks
+(``envs_per_worker``, ``rollout_steps``) therefore scale to more workers;
+``benchmarks/scaling.py`` measures it beside the machine's ceiling.
 
 Faults
 ------

@@ -10,6 +10,16 @@ from Ray are read-only views of its object store. ``next_update`` waits with
 ``ray.wait`` and, when several tasks have finished, hands back the one that finished
 first. With edge clients (``clients``) there is one actor per client.
 
+What a task costs beyond its work is Ray's own machinery: on a 2-vCPU machine an
+actor call takes ~0.7 ms from submission to result and ~1 ms of CPU split between
+the driver and the actor, against ~1 ms for a default 10-step CartPole task; an
+actor idles while its result travels and its next task comes back. Ray's compiled
+graphs halve the round trip but their reader spins while it waits, which on a few
+cores takes the actors' CPU. Actors share no memory, so they cannot run ahead as
+Hogwild! processes do without starting tasks from an older θ, which would add
+staleness the scheduler did not choose. Ray is for many machines; on one, the
+processes runtime is the fast one.
+
 Local by default (``ray_address`` empty): Ray starts here, bound to 127.0.0.1 only
 (Ray 2.x resolves ``127.0.0.1`` to the machine's routable address unless it is told
 that this is not a cluster, which we tell it for the length of ``ray.init``), no
@@ -226,10 +236,14 @@ class RayRuntime:
             if not self._inflight:
                 raise RuntimeError("no task in flight and none started: the scheduler stalled")
             refs = list(self._inflight)
-            done, _ = ray.wait(refs, num_returns=1)
+            # Everything finished by now, so that the earliest of them goes first; a blocking
+            # wait only when nothing has. One ray.wait costs ~0.1 ms of the driver's time,
+            # which on a busy machine the actors pay for: skip the look that cannot find more.
+            done: list[Any] = []
             if len(refs) > 1:
-                # Collect everything finished by now, so that the earliest of them goes first.
                 done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            if not done:
+                done, _ = ray.wait(refs, num_returns=1)
             for ref in done:
                 self._collect(ref)
         _, _, update = heapq.heappop(self._arrived)
