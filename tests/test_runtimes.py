@@ -15,7 +15,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client
 from pathlib import Path
 
 import gymnasium as gym
@@ -493,16 +496,69 @@ def test_ray_schedulers_write_a_complete_summary(fixed_budget, ray_session, sche
     assert ray_session.is_initialized()  # not ours to stop
 
 
+def _serve_in_background(actor):
+    """Run ``actor.serve()`` in a thread; returns the thread and the list its exception lands in."""
+    raised: list[BaseException] = []
+
+    def serve():
+        try:
+            actor.serve()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, raised
+
+
+def test_ray_task_connection_runs_tasks_and_reports_a_raising_task(ray_session):
+    from hybrid.runtimes.ray import ActorWorker
+
+    cfg = TrainConfig(env="CartPole-v1", workers=1)
+    info = describe(cfg.env)
+    actor = ActorWorker(0, 0, cfg, info)  # in this process: the actor's side of the protocol
+    key = os.urandom(32)
+    address, pid = actor.listen(key)
+    assert address[0] == "127.0.0.1" and pid == os.getpid()  # Ray is local: loopback only
+    thread, raised = _serve_in_background(actor)
+    params = initial_params(cfg, info).numpy()
+    with Client(address, authkey=key) as conn:
+        conn.send((params, 7, "gradient", None))
+        kind, record = conn.recv()
+        assert kind == "result" and record["base_version"] == 7 and record["env_steps"] > 0
+        assert record["wire"].array.shape == params.shape
+
+        def boom(*args):
+            raise RuntimeError("boom")
+
+        actor.run = boom
+        conn.send((params, 8, "gradient", None))
+        kind, text = conn.recv()
+        assert kind == "error" and "RuntimeError: boom" in text
+    thread.join(10)
+    assert not thread.is_alive() and not raised  # it stopped serving, quietly
+
+
+def test_ray_task_connection_refuses_a_wrong_key(ray_session):
+    from hybrid.runtimes.ray import ActorWorker
+
+    cfg = TrainConfig(env="CartPole-v1", workers=1)
+    actor = ActorWorker(0, 0, cfg, describe(cfg.env))
+    address, _ = actor.listen(os.urandom(32))
+    thread, raised = _serve_in_background(actor)
+    with pytest.raises(AuthenticationError):
+        Client(address, authkey=os.urandom(32))
+    thread.join(10)
+    assert len(raised) == 1 and isinstance(raised[0], AuthenticationError)  # read nothing
+
+
 @pytest.mark.slow
 def test_ray_actor_killed_twice_run_completes(fixed_budget, ray_session, monkeypatch):
     from hybrid.runtimes.ray import RayRuntime
 
     def sigkill_actor(runtime, dispatch):
-        # Ask for the pid first: an actor runs one call at a time, so asking after the
-        # dispatch would wait for the task to finish.
-        pid = ray_session.get(runtime._actors[0].handle.ready.remote())
         dispatch()
-        os.kill(pid, signal.SIGKILL)
+        os.kill(runtime.worker_pids()[0], signal.SIGKILL)  # the task is in flight
 
     _kill_on_dispatch(monkeypatch, RayRuntime, sigkill_actor, worker=0, at=(3, 12))
     cfg = fixed_budget(

@@ -1,24 +1,34 @@
-"""The ray runtime: one Ray actor per worker, on this machine or on a cluster.
+"""The ray runtime: Ray places and supervises the workers; tasks travel on a direct connection.
 
-Install with ``pip install 'hybrid-rl[ray]'``. Each actor wraps a ``Worker`` (its own
-envs and local model, one CPU, ``torch_threads`` threads) and is warmed up before
-``__init__`` returns. A task ships θ out as a numpy array (36 KB for the CartPole
-model: small enough that Ray inlines it into the task instead of going through the
-object store), with the snapshot's task kind and extras, and brings the payload back
-with its tensors as numpy arrays, which the driver copies: arrays that come back
-from Ray are read-only views of its object store. ``next_update`` waits with
-``ray.wait`` and, when several tasks have finished, hands back the one that finished
-first. With edge clients (``clients``) there is one actor per client.
+Install with ``pip install 'hybrid-rl[ray]'``. Each worker is a Ray actor that wraps a
+``Worker`` (its own envs and local model, one CPU, ``torch_threads`` threads), warmed
+up before the run's clock starts. With edge clients (``clients``) there is one actor
+per client.
 
-What a task costs beyond its work is Ray's own machinery: on a 2-vCPU machine an
-actor call takes ~0.7 ms from submission to result and ~1 ms of CPU split between
-the driver and the actor, against ~1 ms for a default 10-step CartPole task; an
-actor idles while its result travels and its next task comes back. Ray's compiled
-graphs halve the round trip but their reader spins while it waits, which on a few
-cores takes the actors' CPU. Actors share no memory, so they cannot run ahead as
-Hogwild! processes do without starting tasks from an older θ, which would add
-staleness the scheduler did not choose. Ray is for many machines; on one, the
-processes runtime is the fast one.
+Why not one Ray call per task
+-----------------------------
+A Ray actor call costs about a millisecond on a small machine (Ray's own figure for
+a task launch): on 2 vCPUs ~0.7 ms from submission to result and ~1 ms of CPU split
+between the driver and the actor, as much as a default 10-step CartPole task, and
+the actor idles while the result and the next task travel. Ray's compiled graphs
+halve the round trip, but their reader spins while it waits, which on few cores
+takes the actors' CPU. So Ray does what it is good at (placing the actors on the
+cluster's resources, starting, killing and restarting them) and each actor, once
+warm, opens one connection for its tasks: the driver sends a task (θ as a numpy
+array, 36 KB for the CartPole model, with the snapshot's version, task kind and
+extras) and the actor sends back the update's record with its payload as numpy
+arrays. A task then costs about what a pipe costs the processes runtime.
+
+The connection is ``multiprocessing.connection`` over TCP: the actor listens on its
+node's address (127.0.0.1 when Ray is local) on a free port, and the driver connects
+with a 32-byte key drawn for the run and handed to the actors through Ray: the HMAC
+challenge comes before anything is unpickled, so nobody without the key can send
+the actor a task. On a cluster the driver must reach the actors' nodes on ephemeral
+ports, as Ray's own worker ports already require.
+
+Ordering is the earliest finished first: every result that has arrived when the loop
+asks is ordered by the time its task finished (wall clock, roughly comparable across
+nodes).
 
 Local by default (``ray_address`` empty): Ray starts here, bound to 127.0.0.1 only
 (Ray 2.x resolves ``127.0.0.1`` to the machine's routable address unless it is told
@@ -29,11 +39,12 @@ variables. ``ray_address`` joins an existing cluster instead; every node needs
 hybrid-rl installed. Ray is shut down on ``close`` only if this runtime started it,
 so a notebook's own ``ray.init`` survives a run.
 
-Faults are handled as in the processes runtime: a dead actor (``RayActorError``, e.g.
-after ``ray.kill`` or a SIGKILL) or a task that raised (``RayTaskError``) is counted,
-logged and replaced by a new actor with a fresh seed stream; the lost task re-runs
-on it from the freshest θ dispatched, so a ``sync`` round or a ``bounded`` wait never
-waits on a dead worker.
+Faults are handled as in the processes runtime: an actor that dies (``ray.kill``, a
+SIGKILL, its node lost) closes its connection, and one whose task raised reports the
+error and stops serving; either is counted, logged and replaced by a new actor with
+a fresh seed stream. A lost task re-runs on the new actor, from the freshest θ
+dispatched, once it is warm and connected; meanwhile the other workers carry on, so
+a ``sync`` round or a ``bounded`` wait never waits on a dead worker.
 """
 
 from __future__ import annotations
@@ -42,10 +53,16 @@ import contextlib
 import heapq
 import logging
 import os
+import pickle
+import secrets
+import selectors
+import socket
 import time
+import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 import numpy as np
@@ -72,6 +89,9 @@ from hybrid.runtimes._parallel import (
 )
 
 STARTUP_TIMEOUT_S = 300.0
+"""How long an actor may take to start, warm up and connect (many at once on a busy node)."""
+RESTART_POLL_S = 0.05
+"""While an actor is being replaced, the driver looks this often whether it is ready."""
 
 QUIET_DEFAULTS = {
     "RAY_AUTH_MODE": "disabled",  # else Ray writes ~/.ray/auth_token into the user's home
@@ -79,17 +99,52 @@ QUIET_DEFAULTS = {
 }
 
 
+def _dumps(message: Any) -> bytes:
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _no_delay(conn: Connection) -> Connection:
+    """Send each message at once: a message larger than a few KB goes out as a header and a
+    body, and Nagle's algorithm would hold the body until the header's delayed ACK (40 ms)."""
+    with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:  # a dup
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn
+
+
 class ActorWorker:
-    """The body of one Ray actor: a warmed-up ``Worker`` that runs tasks on numpy θ."""
+    """The body of one Ray actor: a warmed-up ``Worker`` that runs tasks sent on its connection."""
 
     def __init__(self, worker_id: int, incarnation: int, cfg: TrainConfig, info: EnvInfo) -> None:
         torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing more
         self.worker_id, self.cfg, self.info = worker_id, cfg, info
         self.worker = Worker(worker_id, cfg, info, incarnation)
         warm_up(self.worker)
+        self._listener: Listener | None = None
 
-    def ready(self) -> int:
-        return os.getpid()
+    def listen(self, authkey: bytes) -> tuple[Any, int]:
+        """Open this actor's end of the connection; returns its address and the actor's pid."""
+        self._listener = Listener((ray.util.get_node_ip_address(), 0), authkey=authkey)
+        return self._listener.address, os.getpid()
+
+    def serve(self) -> None:
+        """Run the tasks that come on the connection until the driver closes it.
+
+        This call holds the actor for the rest of its life: Ray runs one call at a time.
+        A task that raises is reported on the connection, and the actor stops serving.
+        """
+        assert self._listener is not None, "listen() first"
+        with _no_delay(self._listener.accept()) as conn:  # the HMAC challenge comes first
+            self._listener.close()
+            try:
+                while (task := conn.recv()) is not None:
+                    try:
+                        record = self.run(*task)
+                    except Exception:
+                        conn.send_bytes(_dumps(("error", traceback.format_exc())))
+                        return
+                    conn.send_bytes(_dumps(("result", record)))
+            except (EOFError, OSError):
+                return  # the driver has gone: nobody is left to report to
 
     def run(
         self, params: np.ndarray, version: int, task: str = "gradient", extras: Any = None
@@ -165,22 +220,33 @@ def connect(cfg: TrainConfig) -> bool:
 
 @dataclass
 class _Task:
-    """The freshest dispatched snapshot, as tasks ship it (a re-run task uses it too)."""
+    """The freshest dispatched snapshot, pickled once (a sync round's N tasks share it)."""
 
-    params: np.ndarray
     version: int
-    kind: str
-    extras: Any
+    message: bytes
 
 
-@dataclass
+@dataclass(eq=False)  # identity: one worker
 class _Actor:
+    """One worker as the driver sees it, across its incarnations."""
+
     worker_id: int
     incarnation: int
     handle: Any
+    starting: Any = None
+    """The ObjectRef of ``listen`` while the actor starts; None once connected."""
+    serving: Any = None
+    """The ObjectRef of ``serve``: kept so that Ray keeps the call's result."""
+    conn: Connection | None = None
+    pid: int = 0
     busy: bool = False
+    """Dispatched, and its update not yet handed to the loop (the scheduler's view)."""
+    sent: bool = False
+    """The busy task went out on the current connection (else it goes once connected)."""
     failures: int = 0
     killed_on_purpose: bool = False
+    last_error: str = ""
+    started_at: float = 0.0
 
 
 class RayRuntime:
@@ -192,7 +258,8 @@ class RayRuntime:
         self.cfg, self.info = cfg, info
         self._owns_ray = connect(cfg)
         self._remote = ray.remote(num_cpus=1, max_restarts=0)(ActorWorker)
-        self._inflight: dict[Any, int] = {}  # ObjectRef -> worker id
+        self._authkey = secrets.token_bytes(32)
+        self._selector = selectors.DefaultSelector()
         self._arrived: list[tuple[float, int, Update]] = []
         self._sequence = 0
         self._latest: _Task | None = None
@@ -202,8 +269,9 @@ class RayRuntime:
         self._actors: list[_Actor] = []
         try:
             for w in range(population(cfg)):  # edge clients: one actor per client
-                self._actors.append(_Actor(w, 0, self._start(w, 0)))
-            ray.get([a.handle.ready.remote() for a in self._actors], timeout=STARTUP_TIMEOUT_S)
+                self._actors.append(_Actor(w, 0, None))
+                self._start(self._actors[-1])
+            self._await_startup()
         except BaseException:
             self.close()
             raise
@@ -219,33 +287,20 @@ class RayRuntime:
         if actor.busy:
             raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
         if self._latest is None or self._latest.version != snapshot.version:
-            # One conversion per version: a sync round's N tasks share it.
-            self._latest = _Task(
-                snapshot.params.numpy(),
-                snapshot.version,
-                snapshot.task,
-                pack(snapshot.extras) if snapshot.extras else None,
-            )
+            extras = pack(snapshot.extras) if snapshot.extras else None
+            task = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
+            self._latest = _Task(snapshot.version, _dumps(task))
         actor.busy = True
-        self._submit(actor)
+        self._send_task(actor)
         if self._faults.strike():
             self.kill_worker(worker_id)
 
     def next_update(self) -> Update:
         while not self._arrived:
-            if not self._inflight:
+            if not any(a.busy for a in self._actors):
                 raise RuntimeError("no task in flight and none started: the scheduler stalled")
-            refs = list(self._inflight)
-            # Everything finished by now, so that the earliest of them goes first; a blocking
-            # wait only when nothing has. One ray.wait costs ~0.1 ms of the driver's time,
-            # which on a busy machine the actors pay for: skip the look that cannot find more.
-            done: list[Any] = []
-            if len(refs) > 1:
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            if not done:
-                done, _ = ray.wait(refs, num_returns=1)
-            for ref in done:
-                self._collect(ref)
+            for actor in self._handle_events():
+                self._restart(actor)
         _, _, update = heapq.heappop(self._arrived)
         self._actors[update.worker_id].busy = False
         return update
@@ -264,9 +319,10 @@ class RayRuntime:
             return
         self._closed = True
         for actor in self._actors:
+            self._disconnect(actor)
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
-        self._inflight.clear()
+        self._selector.close()
         if self._owns_ray:
             ray.shutdown()
 
@@ -284,11 +340,10 @@ class RayRuntime:
         """Continue the counters; replace every actor by its next incarnation (fresh seeds)."""
         self.counters = FaultCounters(int(state["restarts"]), int(state["lost_updates"]))
         for actor, incarnation in zip(self._actors, state["incarnations"], strict=True):
-            with contextlib.suppress(Exception):
-                ray.kill(actor.handle, no_restart=True)
+            self._stop(actor)
             actor.incarnation = int(incarnation) + 1
-            actor.handle = self._start(actor.worker_id, actor.incarnation)
-        ray.get([a.handle.ready.remote() for a in self._actors], timeout=STARTUP_TIMEOUT_S)
+            self._start(actor)
+        self._await_startup()
         self._origin = time.time()
 
     # -- fault tests --
@@ -299,52 +354,137 @@ class RayRuntime:
         actor.killed_on_purpose = True
         ray.kill(actor.handle, no_restart=True)
 
+    def worker_pids(self) -> list[int]:
+        """Each actor's process id, as it reported when it connected (0 while starting)."""
+        return [a.pid for a in self._actors]
+
     # -- internals --
 
-    def _start(self, worker_id: int, incarnation: int) -> Any:
-        return self._remote.remote(worker_id, incarnation, self.cfg, self.info)
+    def _start(self, actor: _Actor) -> None:
+        """Create the actor; it warms up, then opens its end of the connection (async)."""
+        actor.handle = self._remote.remote(actor.worker_id, actor.incarnation, self.cfg, self.info)
+        actor.starting = actor.handle.listen.remote(self._authkey)
+        actor.started_at = time.monotonic()
 
-    def _submit(self, actor: _Actor) -> None:
-        task = self._latest
-        assert task is not None
-        ref = actor.handle.run.remote(task.params, task.version, task.kind, task.extras)
-        self._inflight[ref] = actor.worker_id
+    def _await_startup(self) -> None:
+        """Wait until every actor is connected (at start and on resume)."""
+        while any(a.starting is not None for a in self._actors):
+            for actor in self._poll_starting(timeout=RESTART_POLL_S):
+                raise RuntimeError(f"worker {actor.worker_id} failed to start:\n{actor.last_error}")
 
-    def _collect(self, ref: Any) -> None:
-        actor = self._actors[self._inflight.pop(ref)]
+    def _poll_starting(self, timeout: float) -> list[_Actor]:
+        """Connect the actors whose ``listen`` has returned; return those that failed."""
+        starting = {a.starting: a for a in self._actors if a.starting is not None}
+        if not starting:
+            return []
+        ready, _ = ray.wait(list(starting), num_returns=len(starting), timeout=timeout)
+        failed = []
+        for ref in ready:
+            actor = starting[ref]
+            actor.starting = None
+            try:
+                address, actor.pid = ray.get(ref)
+                actor.serving = actor.handle.serve.remote()
+                actor.conn = _no_delay(Client(address, authkey=self._authkey))
+            except ray.exceptions.RayError as exc:  # it died, or its constructor raised
+                actor.last_error = str(exc)
+                failed.append(actor)
+                continue
+            except (OSError, EOFError) as exc:
+                actor.last_error = (
+                    f"cannot connect to the actor at {address[0]}:{address[1]} ({exc}); "
+                    "the driver must reach the actors' nodes on their ephemeral ports"
+                )
+                failed.append(actor)
+                continue
+            self._selector.register(actor.conn, selectors.EVENT_READ, actor)
+            if actor.busy:  # a task that was lost with the previous incarnation, or queued
+                self._send_task(actor)
+        for actor in starting.values():
+            if actor.starting is not None and time.monotonic() - actor.started_at > (
+                STARTUP_TIMEOUT_S
+            ):
+                raise RuntimeError(
+                    f"worker {actor.worker_id} did not start within {STARTUP_TIMEOUT_S:.0f} s"
+                )
+        return failed
+
+    def _send_task(self, actor: _Actor) -> None:
+        actor.sent = False
+        if actor.conn is None:
+            return  # starting: the task goes out once it is connected
+        assert self._latest is not None
         try:
-            record = ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            self._restart(actor, exc)
-            self._submit(actor)  # the lost task re-runs, queued behind the new actor's warm-up
-            return
+            actor.conn.send_bytes(self._latest.message)
+            actor.sent = True
+        except OSError:
+            pass  # it died: its connection reads as closed at the next wait, which restarts it
+
+    def _handle_events(self) -> list[_Actor]:
+        """Wait for results (and for starting actors); return the actors that failed."""
+        restarting = any(a.starting is not None for a in self._actors)
+        failed = self._poll_starting(timeout=0) if restarting else []
+        for key, _ in self._selector.select(RESTART_POLL_S if restarting else None):
+            actor = key.data
+            if actor in failed:
+                continue
+            try:
+                kind, body = actor.conn.recv()
+            except (EOFError, OSError):
+                failed.append(actor)
+                continue
+            if kind == "error":
+                actor.last_error = body
+                failed.append(actor)
+            else:
+                self._collect(actor, body)
+        return failed
+
+    def _collect(self, actor: _Actor, record: dict[str, Any]) -> None:
         received_at = time.time()
         started_at, finished_at = record.pop("started_at"), record.pop("finished_at")
-        # Ray's arrays are read-only views of its object store: unpack copies them.
         update = Update(payload=unpack(record.pop("wire")), **record)
         update.started_s = started_at - self._origin
         update.cost_s = received_at - started_at
         update.upload_s = received_at - finished_at  # transfer, and waiting for the driver
         heapq.heappush(self._arrived, (finished_at, self._sequence, update))
         self._sequence += 1
+        actor.sent = False
         actor.failures = 0
 
-    def _restart(self, actor: _Actor, exc: ray.exceptions.RayError) -> None:
+    def _disconnect(self, actor: _Actor) -> None:
+        if actor.conn is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(actor.conn)
+        with contextlib.suppress(OSError):
+            actor.conn.send(None)  # a live actor leaves serve() and idles until killed
+        actor.conn.close()
+        actor.conn = None
+
+    def _stop(self, actor: _Actor) -> None:
+        self._disconnect(actor)
+        actor.starting = actor.serving = None
         with contextlib.suppress(Exception):
             ray.kill(actor.handle, no_restart=True)
-        error = str(exc)
+
+    def _restart(self, actor: _Actor) -> None:
+        error = actor.last_error
         if actor.killed_on_purpose:
             reason = "was killed on purpose"
-        elif isinstance(exc, ray.exceptions.RayTaskError):
+        elif error.strip().startswith("Traceback"):
             reason = "raised: " + error.strip().splitlines()[-1]
         else:
-            reason = f"died ({type(exc).__name__})"
+            reason = "died" + (f" ({error.strip().splitlines()[-1]})" if error.strip() else "")
+        lost = actor.busy and actor.sent  # a task queued for a starting actor is no loss
+        self._stop(actor)
         self.counters.restarts += 1
-        self.counters.lost_updates += 1
-        log_restart(actor.worker_id, actor.incarnation, reason, lost=True)
+        self.counters.lost_updates += lost
+        log_restart(actor.worker_id, actor.incarnation, reason, lost)
         if not actor.killed_on_purpose:
             actor.failures += 1
             check_failures(actor.worker_id, actor.failures, error)
         actor.killed_on_purpose = False
+        actor.last_error = ""
         actor.incarnation += 1
-        actor.handle = self._start(actor.worker_id, actor.incarnation)
+        self._start(actor)  # a busy actor's task re-runs once the new one is connected
