@@ -571,6 +571,45 @@ def test_ray_actor_killed_twice_run_completes(fixed_budget, ray_session, monkeyp
     assert torch.isfinite(result.params).all()
 
 
+@pytest.mark.slow
+def test_ray_resume_continues_counters_with_fresh_actors(fixed_budget, ray_session, monkeypatch):
+    from hybrid.runtimes.ray import RayRuntime
+
+    def sigkill_actor(runtime, dispatch):
+        dispatch()
+        os.kill(runtime.worker_pids()[0], signal.SIGKILL)
+
+    _kill_on_dispatch(monkeypatch, RayRuntime, sigkill_actor, worker=0, at=(3,))
+    original_next = RayRuntime.next_update
+    calls = {"n": 0}
+
+    def next_update(self):
+        calls["n"] += 1
+        if calls["n"] == 60:
+            raise KeyboardInterrupt  # after the checkpoints of versions 10 and 20
+        return original_next(self)
+
+    monkeypatch.setattr(RayRuntime, "next_update", next_update)
+    original_load = RayRuntime.load_state_dict
+    incarnations: list[int] = []
+
+    def load_state_dict(self, state):
+        original_load(self, state)
+        incarnations.extend(a.incarnation for a in self._actors)
+
+    monkeypatch.setattr(RayRuntime, "load_state_dict", load_state_dict)
+    cfg = fixed_budget(
+        runtime="ray", scheduler="sync", workers=2, total_env_steps=1_000,
+        checkpoint_every=10, log_every=50,
+    )  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        hybrid.train(cfg)
+    result = hybrid.train(TrainConfig(resume=cfg.out, progress=False))
+    _check_summary(result, "ray")
+    assert incarnations == [2, 1]  # actor 0 had been replaced once: both draw fresh seeds
+    assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
+
+
 def test_parallel_runtimes_default_to_one_worker_per_physical_core():
     from hybrid.defaults import apply_runtime_defaults
 
