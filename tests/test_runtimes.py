@@ -365,45 +365,6 @@ def test_processes_injected_faults_are_seeded_and_survived(fixed_budget, no_leak
 
 
 @pytest.mark.slow
-def test_processes_resume_continues_counters_with_fresh_workers(
-    fixed_budget, monkeypatch, no_leaks
-):
-    def sigkill_in_flight(runtime, dispatch):
-        dispatch()
-        os.kill(runtime.worker_pids()[0], signal.SIGKILL)
-
-    _kill_on_dispatch(monkeypatch, ProcessRuntime, sigkill_in_flight, worker=0, at=(3,))
-    original_next = ProcessRuntime.next_update
-    calls = {"n": 0}
-
-    def next_update(self):
-        calls["n"] += 1
-        if calls["n"] == 60:
-            raise KeyboardInterrupt  # after the checkpoints of versions 10 and 20
-        return original_next(self)
-
-    monkeypatch.setattr(ProcessRuntime, "next_update", next_update)
-    original_load = ProcessRuntime.load_state_dict
-    incarnations: list[int] = []
-
-    def load_state_dict(self, state):
-        original_load(self, state)
-        incarnations.extend(s.incarnation for s in self._slots)
-
-    monkeypatch.setattr(ProcessRuntime, "load_state_dict", load_state_dict)
-    cfg = fixed_budget(
-        runtime="processes", scheduler="sync", workers=2, total_env_steps=1_000,
-        checkpoint_every=10, log_every=50,
-    )  # fmt: skip
-    with pytest.raises(KeyboardInterrupt):
-        hybrid.train(cfg)
-    result = hybrid.train(TrainConfig(resume=cfg.out, progress=False))
-    _check_summary(result, "processes")
-    assert incarnations == [2, 1]  # worker 0 had been restarted once: both draw fresh seeds
-    assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["processes", "ray"])
 def test_ctrl_c_leaves_no_process(tmp_path, runtime):
     if runtime == "ray":
@@ -572,15 +533,21 @@ def test_ray_actor_killed_twice_run_completes(fixed_budget, ray_session, monkeyp
 
 
 @pytest.mark.slow
-def test_ray_resume_continues_counters_with_fresh_actors(fixed_budget, ray_session, monkeypatch):
-    from hybrid.runtimes.ray import RayRuntime
+@pytest.mark.parametrize("runtime", ["processes", "ray"])
+def test_resume_continues_counters_with_fresh_workers(fixed_budget, monkeypatch, request, runtime):
+    if runtime == "ray":
+        request.getfixturevalue("ray_session")  # the local Ray of the tests above
+        from hybrid.runtimes.ray import RayRuntime as runtime_cls
+    else:
+        request.getfixturevalue("no_leaks")
+        runtime_cls = ProcessRuntime
 
-    def sigkill_actor(runtime, dispatch):
+    def sigkill_in_flight(runtime, dispatch):
         dispatch()
         os.kill(runtime.worker_pids()[0], signal.SIGKILL)
 
-    _kill_on_dispatch(monkeypatch, RayRuntime, sigkill_actor, worker=0, at=(3,))
-    original_next = RayRuntime.next_update
+    _kill_on_dispatch(monkeypatch, runtime_cls, sigkill_in_flight, worker=0, at=(3,))
+    original_next = runtime_cls.next_update
     calls = {"n": 0}
 
     def next_update(self):
@@ -589,24 +556,24 @@ def test_ray_resume_continues_counters_with_fresh_actors(fixed_budget, ray_sessi
             raise KeyboardInterrupt  # after the checkpoints of versions 10 and 20
         return original_next(self)
 
-    monkeypatch.setattr(RayRuntime, "next_update", next_update)
-    original_load = RayRuntime.load_state_dict
+    monkeypatch.setattr(runtime_cls, "next_update", next_update)
+    original_load = runtime_cls.load_state_dict
     incarnations: list[int] = []
 
     def load_state_dict(self, state):
         original_load(self, state)
-        incarnations.extend(a.incarnation for a in self._actors)
+        incarnations.extend(self.state_dict()["incarnations"])
 
-    monkeypatch.setattr(RayRuntime, "load_state_dict", load_state_dict)
+    monkeypatch.setattr(runtime_cls, "load_state_dict", load_state_dict)
     cfg = fixed_budget(
-        runtime="ray", scheduler="sync", workers=2, total_env_steps=1_000,
+        runtime=runtime, scheduler="sync", workers=2, total_env_steps=1_000,
         checkpoint_every=10, log_every=50,
     )  # fmt: skip
     with pytest.raises(KeyboardInterrupt):
         hybrid.train(cfg)
     result = hybrid.train(TrainConfig(resume=cfg.out, progress=False))
-    _check_summary(result, "ray")
-    assert incarnations == [2, 1]  # actor 0 had been replaced once: both draw fresh seeds
+    _check_summary(result, runtime)
+    assert incarnations == [2, 1]  # worker 0 had been restarted once: both draw fresh seeds
     assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
 
 
