@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import pickle
 import warnings
 from typing import Any
 
@@ -119,8 +120,19 @@ def log_restart(worker_id: int, incarnation: int, reason: str, lost: bool) -> No
     )
 
 
+def dumps_message(message: Any) -> bytes:
+    """A task or a result, for a worker's pipe or connection: plain pickle, as they hold no
+    tensors (``pack`` turns them into numpy arrays).
+
+    ``Connection.send`` builds a ``ForkingPickler`` per message (~3 µs against ~1 µs),
+    whose only gain, moving tensors into shared memory, these messages never need.
+    """
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def payload_tensor(array: np.ndarray) -> torch.Tensor:
-    """A tensor that owns a copy of ``array`` (Ray hands back read-only arrays)."""
+    """A tensor that owns a writable copy of ``array`` (an array may come read-only, from
+    Ray's object store, or share the buffer of the message it arrived in)."""
     return torch.from_numpy(np.array(array, copy=True))
 
 

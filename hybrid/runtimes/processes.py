@@ -99,7 +99,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
-import pickle
 import selectors
 import signal
 import sys
@@ -125,6 +124,7 @@ from hybrid.runtimes._parallel import (
     FaultCounters,
     FaultInjector,
     check_failures,
+    dumps_message,
     log_restart,
     pack,
     unpack,
@@ -140,15 +140,6 @@ STARTUP_TIMEOUT_S = 300.0
 """Generous: 16 workers importing torch at once on a busy machine take tens of seconds."""
 STOP_GRACE_S = 2.0
 """How long close() waits for workers to finish their task and exit before terminating them."""
-
-
-def _dumps(message: Any) -> bytes:
-    """A task or a result, for the pipe: plain pickle, as they hold no tensors.
-
-    ``Connection.send`` builds a ``ForkingPickler`` per message (~3 µs against ~1 µs),
-    whose only gain, moving tensors into shared memory, these messages never need.
-    """
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 # --- the worker process ----------------------------------------------------------------------
@@ -248,7 +239,7 @@ def _worker_main(
             else:  # codec bytes, a trajectory: small, or not parameter-shaped
                 record["wire"] = pack(payload)
             record.update(torn=torn, started_at=started_at, finished_at=time.monotonic())
-            conn.send_bytes(_dumps(("result", record)))
+            conn.send_bytes(dumps_message(("result", record)))
             message = following if following is not None else conn.recv()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process has gone: there is nobody left to report to
@@ -547,7 +538,7 @@ class ProcessRuntime:
         # A worker that died since we last looked breaks the pipe; its sentinel will wake
         # the next wait, which restarts it and re-runs the claimed task.
         with contextlib.suppress(OSError):
-            slot.conn.send_bytes(_dumps(message))
+            slot.conn.send_bytes(dumps_message(message))
 
     def _watch(self, slot: _Slot) -> None:
         # One long-lived epoll set: building a fresh one per wait (multiprocessing's

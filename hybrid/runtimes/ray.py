@@ -53,7 +53,6 @@ import contextlib
 import heapq
 import logging
 import os
-import pickle
 import secrets
 import selectors
 import socket
@@ -78,6 +77,7 @@ from hybrid.runtimes._parallel import (
     FaultCounters,
     FaultInjector,
     check_failures,
+    dumps_message,
     log_restart,
     pack,
     payload_tensor,
@@ -97,10 +97,6 @@ QUIET_DEFAULTS = {
     "RAY_AUTH_MODE": "disabled",  # else Ray writes ~/.ray/auth_token into the user's home
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-
-
-def _dumps(message: Any) -> bytes:
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _no_delay(conn: Connection) -> Connection:
@@ -140,9 +136,9 @@ class ActorWorker:
                     try:
                         record = self.run(*task)
                     except Exception:
-                        conn.send_bytes(_dumps(("error", traceback.format_exc())))
+                        conn.send_bytes(dumps_message(("error", traceback.format_exc())))
                         return
-                    conn.send_bytes(_dumps(("result", record)))
+                    conn.send_bytes(dumps_message(("result", record)))
             except (EOFError, OSError):
                 return  # the driver has gone: nobody is left to report to
 
@@ -289,7 +285,7 @@ class RayRuntime:
         if self._latest is None or self._latest.version != snapshot.version:
             extras = pack(snapshot.extras) if snapshot.extras else None
             task = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
-            self._latest = _Task(snapshot.version, _dumps(task))
+            self._latest = _Task(snapshot.version, dumps_message(task))
         actor.busy = True
         self._send_task(actor)
         if self._faults.strike():
