@@ -171,15 +171,20 @@ class Tracker:
         if self.wandb is not None:
             self.wandb.log(row, histograms)
 
-    def span(self, update: Update, staleness: int, verdict: Verdict) -> None:
-        """Record one task: when it computed and uploaded, from which version, how stale."""
+    def span(self, update: Update, staleness: int | None, verdict: Verdict) -> None:
+        """Record one task: when it computed and uploaded, from which version, how stale.
+
+        Written when the update is applied (``staleness`` is its τ then) or dropped
+        (``staleness`` None: it never reached θ).
+        """
         # Formatted by hand: json.dumps of a dict costs more than the rest of the line's
         # bookkeeping, once per update. repr() of a float is what json writes.
         start, end = float(update.started_s), float(update.finished_s)
+        tau = "null" if staleness is None else int(staleness)
         self._spans.write(
             f'{{"worker": {int(update.worker_id)}, "start": {start!r}, '
             f'"upload_start": {end - float(update.upload_s)!r}, "end": {end!r}, '
-            f'"base_version": {int(update.base_version)}, "staleness": {int(staleness)}, '
+            f'"base_version": {int(update.base_version)}, "staleness": {tau}, '
             f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}}}\n'
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -31,6 +31,9 @@ class Step:
     clip: bool = True
     """Clip ``direction`` to ``max_grad_norm``. False for a model difference (fedavg's Δ):
     a gradient-norm bound would cap how far a round may move; clients clip their gradients."""
+    updates: list[Update] = field(default_factory=list)
+    """The updates combined into this step: the loop measures their staleness when it
+    applies the step (one definition for every scheduler and runtime)."""
 
 
 class GlobalModel:

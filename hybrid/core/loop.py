@@ -91,7 +91,8 @@ class RunStats:
     window_staleness: list[int] = field(default_factory=list)
     window_grad_norms: list[float] = field(default_factory=list)
 
-    def record(self, update: Update, staleness: int, verdict: Verdict) -> None:
+    def record(self, update: Update, verdict: Verdict) -> None:
+        """An update arrived (its staleness is recorded when it is applied)."""
         self.env_steps += update.env_steps
         self.received += 1
         self.bytes_up += update.nbytes
@@ -101,9 +102,10 @@ class RunStats:
             self.window_losses.setdefault(name, []).append(value)
         if verdict is Verdict.DROP:
             self.dropped += 1
-        else:
-            self.staleness[staleness] += 1
-            self.window_staleness.append(staleness)
+
+    def record_applied(self, staleness: int) -> None:
+        self.staleness[staleness] += 1
+        self.window_staleness.append(staleness)
 
     def drain_window(self) -> dict[str, float]:
         row: dict[str, float] = {}
@@ -285,18 +287,23 @@ class Training:
                 stats.bytes_down += len(starting) * snapshot.params.numel() * 4
             update = runtime.next_update()
             global_model.observe(update)  # e.g. observation statistics, whatever the verdict
-            staleness = global_model.version - update.base_version
             rejection = self.receiver.receive(update)
             if rejection is None:
-                verdict = scheduler.admit(update, staleness)
+                # what τ would be if it were applied now: the scheduler's admission input
+                verdict = scheduler.admit(update, staleness(update, global_model.version))
                 st.nonfinite_streak = 0
             else:
                 stats.rejected[rejection] += 1
                 verdict = scheduler.reject(update)
                 st.nonfinite_streak += rejection == "nonfinite"
-            stats.record(update, staleness, verdict)
-            self.tracker.span(update, staleness, verdict)
+            stats.record(update, verdict)
+            if verdict is Verdict.DROP:
+                self.tracker.span(update, None, verdict)
             if scheduler.full() and (step := scheduler.combine()) is not None:
+                for applied in step.updates:  # τ is measured when an update is applied
+                    tau = staleness(applied, global_model.version)
+                    stats.record_applied(tau)
+                    self.tracker.span(applied, tau, Verdict.BUFFER)
                 progress = stats.env_steps / cfg.total_env_steps
                 for direction in self.learner.steps(step, global_model, progress):
                     stats.window_grad_norms.append(global_model.apply(direction, progress))
@@ -376,6 +383,7 @@ class Training:
             ),
             "env_steps_per_s": stats.env_steps / max(train_wall_s, 1e-9),
             **stats.staleness_summary(),
+            "staleness_unit": self.scheduler.staleness_unit,
             "final_eval_return": st.last_eval[1],
             "virtual_time_s": self.runtime.virtual_time(),
             "final_params_sha256": global_model.sha256(),
@@ -435,6 +443,16 @@ class Training:
             stats, **loop, last_eval=tuple(last_eval) if last_eval is not None else None
         )
         self.tracker.truncate(state["logs"])
+
+
+def staleness(update: Update, version: int) -> int:
+    """τ: the updates applied to θ between the worker's read and this update's apply.
+
+    The loop applies at ``version``, so τ = version − ``base_version``; a Hogwild! worker
+    applied the update itself and measured τ on the shared apply counter. A worker's own
+    earlier update is already in θ when it reads again: it is never staleness.
+    """
+    return update.staleness if update.staleness is not None else version - update.base_version
 
 
 def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> str:

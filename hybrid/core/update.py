@@ -30,7 +30,9 @@ class Update:
     ``payload`` is a flat float32 vector: a gradient (``kind="gradient"``), or a
     pseudo-gradient θ_global − θ_local (``kind="delta"``). Under a compressing
     codec it travels as the encoded ``bytes`` and is decoded on arrival.
-    Staleness is measured against ``base_version`` when the update is applied.
+    Staleness τ is the number of updates applied to θ between the worker's read
+    (``base_version``) and this update's own apply: the loop measures it when it
+    applies the update, unless a worker applied it itself (``staleness``).
     """
 
     worker_id: int
@@ -53,6 +55,10 @@ class Update:
     obs_stats: dict[str, Any] | None = None
     """Summary (count, mean, M2) of the raw observations of this task, with normalize_obs:
     the global model merges it on arrival (hybrid/normalization.py)."""
+    staleness: int | None = None
+    """τ measured where the update was applied, when that was not the loop: a Hogwild!
+    worker steps the shared θ itself and counts the applies between its read and its own.
+    None: the loop measures τ as its version at apply − ``base_version``."""
 
     @property
     def finished_s(self) -> float:

@@ -8,7 +8,8 @@ Three shared-memory tensors are created once and handed to every worker process:
 ``theta``  the global parameters (flat float32): published copies, or under Hogwild!
            the global model's own storage,
 ``meta``   a seqlock word, the version of what ``theta`` holds and a halt word,
-``grads``  one gradient slot per worker.
+``grads``  one gradient slot per worker,
+``applied`` one apply counter per worker (Hogwild!: how many updates it wrote to θ).
 
 ``dispatch`` publishes the snapshot into ``theta`` (a 36 KB copy for the CartPole
 model, once per version, so the N workers of a ``sync`` round share one publication)
@@ -43,10 +44,17 @@ once and a read may mix several writes. The loop still sees every update: it cou
 it, measures staleness, logs it and gives it the next version; its ``apply`` only
 counts, because ``written_by_workers`` says the step is taken (a non-finite payload
 is neither applied by the worker nor admitted by the loop: both use one test). The
-model the loop evaluates and checkpoints is the one the workers train. The version a
-worker tags its update with is the newest the main process had counted when the read
-began; θ may already hold a few more steps. Torn reads are not counted here: every
-read may interleave with writes, which is the point.
+model the loop evaluates and checkpoints is the one the workers train. Torn reads are
+not counted here: every read may interleave with writes, which is the point.
+
+Staleness under Hogwild! is measured where the apply happens, in the worker: when it
+reads θ it sums the shared per-worker apply counters, and just before it applies its
+own update it sums them again; τ is the difference, the updates other workers wrote to
+θ in between (each worker's counter has one writer, itself, so no increment is lost).
+Its own previous update is in θ and in the count before it reads again, so a lone
+worker always has τ = 0, as in the A3C paper. The version a worker tags its update
+with (``base_version``) is the newest the main process had counted when the read
+began; it is a label for the timeline, not what τ is measured from.
 
 Hogwild! workers also run ahead, as the paper's threads do: a worker starts its next
 task the moment it reports one, instead of waiting for the loop to dispatch it again.
@@ -179,6 +187,7 @@ def _worker_main(
     theta: torch.Tensor,
     meta: torch.Tensor,
     grads: torch.Tensor,
+    applied: torch.Tensor,
     consistent: bool,
     shared_model: dict[str, torch.Tensor] | None,
 ) -> None:
@@ -200,6 +209,8 @@ def _worker_main(
         warm_up(worker)
         local = torch.empty_like(theta)
         meta_np = meta.numpy()  # a view of the same shared words
+        applied_np = applied.numpy()
+        read_at = 0  # Hogwild!: updates written to θ when this task read it
         conn.send(("ready", os.getpid()))
         message = conn.recv()
         while message is not None:
@@ -207,6 +218,8 @@ def _worker_main(
             _, task, extras, progress = message
             if hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
+                # counted before the copy: an apply landing during it counts as stale
+                read_at = int(applied_np.sum())
                 local.copy_(theta)
             else:
                 version, torn = read_params(theta, meta_np, consistent, local)
@@ -233,7 +246,9 @@ def _worker_main(
                     and all_finite(payload)  # the loop's Receiver refuses the rest by this test
                     and not meta_np[HALT]  # the loop has ended: θ must stay as it left it
                 ):
+                    record["staleness"] = int(applied_np.sum()) - read_at
                     hogwild.apply(Step(payload, clip=update.kind != "delta"), progress)
+                    applied_np[worker_id] += 1
             if record["in_slot"]:  # a gradient or Δ: the common case, through shared memory
                 grads[worker_id].copy_(payload)
             else:  # codec bytes, a trajectory: small, or not parameter-shaped
@@ -322,6 +337,7 @@ class ProcessRuntime:
         # once the loop has claimed the task, after we copied the previous payload out.
         self._grads = torch.zeros(cfg.workers, numel).share_memory_()
         self._grad_slots = list(self._grads)  # views made once: indexing costs µs per update
+        self._applied = torch.zeros(cfg.workers, dtype=torch.int64).share_memory_()
         self._published: int | None = None
         self._arrived: list[tuple[float, int, Update]] = []
         self._sequence = 0
@@ -474,6 +490,7 @@ class ProcessRuntime:
                 self._theta,
                 self._meta,
                 self._grads,
+                self._applied,
                 not self.cfg.lock_free,
                 self._shared_model,
             ),

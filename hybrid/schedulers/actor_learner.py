@@ -18,6 +18,7 @@ from hybrid.schedulers.base import Scheduler, Verdict
 class ActorLearner(Scheduler):
     name = "hybrid"
     payload_kind = "trajectory"
+    staleness_unit = "learner steps"
 
     def __init__(self, workers: int, batch_size: int, max_policy_lag: int) -> None:
         super().__init__(workers)
@@ -42,7 +43,7 @@ class ActorLearner(Scheduler):
     def combine(self) -> Step | None:
         if not self.buffer:
             return None
-        batch = [u.payload for u, _ in self.buffer]
+        updates = [u for u, _ in self.buffer]
         lags = [lag for _, lag in self.buffer]
         self.buffer.clear()
-        return Step(batch=batch, lags=lags)
+        return Step(batch=[u.payload for u in updates], lags=lags, updates=updates)

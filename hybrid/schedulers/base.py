@@ -29,6 +29,10 @@ class Scheduler(ABC):
     name: ClassVar[str] = ""
     payload_kind: ClassVar[str] = "gradient"
     """What workers must send: ``gradient`` (or ``delta`` / ``trajectory`` for later schedulers)."""
+    staleness_unit: ClassVar[str] = "updates"
+    """What one unit of staleness τ is under this scheduler: one step applied to θ (an
+    update under async / bounded, a round's combined step under sync and fedavg, a learner
+    step under hybrid). summary.json reports it as ``staleness_unit``."""
     applies_alone: ClassVar[bool] = False
     """Every admitted update becomes a step of its own at the full learning rate, the moment
     it arrives. Then a worker may take that step itself on shared parameters (Hogwild!):
@@ -73,7 +77,7 @@ class Scheduler(ABC):
             direction = weighted_mean([u.payload for u in updates], [u.weight for u in updates])
         # A model difference (fedavg's or PPO's Δ) is not a gradient: bounding its norm by
         # max_grad_norm would cap how far one round may move. Workers clip their own gradients.
-        return Step(direction, clip=any(u.kind != "delta" for u in updates))
+        return Step(direction, clip=any(u.kind != "delta" for u in updates), updates=updates)
 
     def metrics(self) -> dict[str, float]:
         """Cumulative counters (``sched/...``) for the training rows and the summary."""

@@ -44,6 +44,7 @@ scheduler gives up: only a near-certain dropout or near-zero availability gets t
 class FedAvg(Scheduler):
     name = "fedavg"
     payload_kind = "delta"
+    staleness_unit = "rounds"
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ from hybrid.schedulers.base import Scheduler, Verdict
 
 class Sync(Scheduler):
     name = "sync"
+    staleness_unit = "rounds"
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)

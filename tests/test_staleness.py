@@ -1,0 +1,235 @@
+"""One staleness on every runtime: τ = updates applied to θ between a worker's read and its apply.
+
+Scripted interleavings give known τ values (serial: from the virtual clock's spans;
+processes under Hogwild!: workers driven message by message; the loop's own rule for
+runtimes where the main process applies), and a lone worker has τ = 0 everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+import torch.multiprocessing as mp
+from conftest import make_update
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+import hybrid
+from hybrid.config import TrainConfig
+from hybrid.core.global_model import build_global_model
+from hybrid.core.loop import initial_params, staleness
+from hybrid.envs import describe
+from hybrid.runtimes.processes import _worker_main
+
+# --- the rule ----------------------------------------------------------------------------------
+
+
+def test_tau_is_versions_applied_since_the_read_unless_the_applier_measured_it():
+    assert staleness(make_update(0, base_version=3, values=[0.0]), version=7) == 4
+    assert staleness(make_update(0, base_version=7, values=[0.0]), version=7) == 0
+    # A Hogwild! worker applied it itself and counted the applies in between.
+    measured = make_update(0, base_version=3, values=[0.0], staleness=1)
+    assert staleness(measured, version=7) == 1
+
+
+def _spans(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "spans.jsonl").read_text().splitlines()]
+
+
+# --- serial: the virtual clock's interleaving ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"scheduler": "async", "cluster": "stragglers", "straggler_fraction": 0.5},
+        {"scheduler": "async", "cluster": "heterogeneous", "workers": 4},
+        {"scheduler": "bounded", "staleness_bound": 1, "cluster": "heterogeneous", "workers": 4},
+    ],
+)
+def test_serial_tau_counts_the_applies_inside_each_task(tiny_config, changes):
+    """On the virtual clock an update is applied the instant it arrives, so the applies
+    between a task's read (its start) and its own apply (its end) are the other spans that
+    end inside it: an independent count from the timeline, which τ must equal."""
+    cfg = tiny_config(**({"workers": 2, "jitter_sigma": 0.0, "stop_when_solved": False} | changes))
+    result = hybrid.train(cfg)
+    spans = [s for s in _spans(result.run_dir) if s["verdict"] == "buffer"]
+    ends = sorted(s["end"] for s in spans)
+    assert len(set(ends)) == len(ends), "ties would make the order ambiguous"
+    expected = [sum(s["start"] < e < s["end"] for e in ends) for s in spans]
+    measured = [s["staleness"] for s in spans]
+    assert measured == expected
+    assert max(measured) >= 1  # the interleaving really is asynchronous
+    histogram = result.summary["staleness_histogram"]
+    assert sum(histogram) == len(spans)
+    assert [measured.count(k) for k in range(len(histogram))] == histogram
+    assert result.summary["staleness_unit"] == "updates"
+
+
+# --- processes under Hogwild!: workers driven message by message --------------------------------
+
+GATE_ENV = "HybridGatedCartPole-v0"
+
+
+class GatedCartPole(CartPoleEnv):
+    """CartPole whose steps wait, in a worker process, while ``<dir>/<pid>.closed`` exists.
+
+    It writes ``<pid>.waiting`` when it stops: the worker has then read θ for its task (the
+    read comes before the first env step), which the test needs to know to script the
+    interleaving without timing.
+    """
+
+    def step(self, action):
+        gate = os.environ.get("HYBRID_TEST_GATE_DIR")
+        if gate:
+            closed = Path(gate) / f"{os.getpid()}.closed"
+            if closed.exists():
+                (Path(gate) / f"{os.getpid()}.waiting").touch()
+                while closed.exists():
+                    time.sleep(0.001)
+        return super().step(action)
+
+
+if GATE_ENV not in gym.registry:
+    gym.register(GATE_ENV, entry_point=GatedCartPole, max_episode_steps=500)
+
+
+class GatedConfig(TrainConfig):
+    """Unpickling this in a worker imports this module, which registers the gated env there."""
+
+
+def _wait_for(path: Path, deadline_s: float = 120.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.002)
+
+
+def test_hogwild_workers_measure_tau_on_the_shared_apply_counter(tmp_path, monkeypatch):
+    """Two Hogwild! workers, A and B, and the main process's side of the pipe played by hand.
+
+    Script (applies happen only when the worker's claim arrives, which the test sends):
+      A and B read θ (0 applied); A applies (τ 0); B applies (τ 1: A's apply is in between)
+      and starts its next task at once, reading 2; A starts a task, reading 2; B applies its
+      second (τ 0: nothing in between; its own first update is in θ, not staleness); A
+      applies (τ 1: B's second).
+    """
+    monkeypatch.setenv("HYBRID_TEST_GATE_DIR", str(tmp_path))
+    cfg = GatedConfig(env=GATE_ENV, workers=2, envs_per_worker=1, rollout_steps=5, progress=False)
+    info = describe(cfg.env, cfg)
+    model = build_global_model(cfg, initial_params(cfg, info))
+    shared = model.share_memory()
+    theta = shared["param"]
+    meta = torch.zeros(3, dtype=torch.int64).share_memory_()
+    grads = torch.zeros(2, theta.numel()).share_memory_()
+    applied = torch.zeros(2, dtype=torch.int64).share_memory_()
+    ctx = mp.get_context("spawn")
+    conns, pids, processes = [], [], []
+    try:
+        for worker_id in range(2):
+            ours, theirs = ctx.Pipe(duplex=True)
+            process = ctx.Process(
+                target=_worker_main,
+                args=(worker_id, 0, cfg, info, theirs, theta, meta, grads, applied, False, shared),
+                daemon=True,
+            )
+            process.start()
+            theirs.close()
+            processes.append(process)
+            conns.append(ours)
+        for conn in conns:
+            kind, pid = conn.recv()
+            assert kind == "ready"
+            pids.append(pid)
+        gate = {w: tmp_path / f"{pids[w]}.closed" for w in range(2)}
+        waiting = {w: tmp_path / f"{pids[w]}.waiting" for w in range(2)}
+        task = ("task", "gradient", None, 0.0)
+
+        def claim(worker: int, following=None) -> int:
+            conns[worker].send(("claim", 0.0, following))
+            kind, record = conns[worker].recv()
+            assert kind == "result"
+            return record["staleness"]
+
+        for w in range(2):  # both read θ, then wait at their env's gate
+            gate[w].touch()
+            conns[w].send(task)
+            _wait_for(waiting[w])
+            gate[w].unlink()
+        taus = [claim(0), claim(1, following=task)]
+        conns[0].send(task)
+        taus += [claim(1), claim(0)]
+        assert taus == [0, 1, 0, 1]
+        assert applied.tolist() == [2, 2]
+    finally:
+        for conn in conns:
+            conn.send(None)
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+
+# --- a lone worker is never stale ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "runtime,scheduler,lock_free",
+    [
+        ("serial", "sync", True),
+        ("serial", "async", True),
+        ("serial", "bounded", True),
+        ("processes", "sync", True),
+        ("processes", "async", True),  # Hogwild!: the worker runs ahead and applies itself
+        ("processes", "async", False),
+        ("processes", "bounded", True),
+    ],
+)
+def test_one_worker_has_zero_staleness(tiny_config, runtime, scheduler, lock_free):
+    cfg = tiny_config(
+        runtime=runtime,
+        scheduler=scheduler,
+        workers=1,
+        lock_free=lock_free,
+        staleness_bound=1,
+        total_env_steps=1_000,
+        stop_when_solved=False,
+    )
+    summary = hybrid.train(cfg).summary
+    assert summary["updates"] > 0
+    assert summary["staleness_histogram"] == [summary["updates"]]
+    assert summary["staleness_max"] == 0 and summary["staleness_mean"] == 0.0
+
+
+# --- fedavg: a late Δ's τ is taken when it is applied -------------------------------------------
+
+
+def test_late_federated_updates_are_recorded_with_their_staleness_at_apply(tiny_config):
+    cfg = tiny_config(
+        scheduler="fedavg",
+        clients=10,
+        client_fraction=0.5,
+        local_steps=2,
+        total_env_steps=4_000,
+        eval_every=10**6,
+        cluster="stragglers",
+        straggler_fraction=0.3,
+        straggler_slowdown=10.0,
+        round_deadline_s=0.05,
+        late_policy="admit",
+        client_eval_clients=4,
+    )
+    summary = hybrid.train(cfg).summary
+    late = summary["late_admitted"]
+    assert late > 0
+    histogram = summary["staleness_histogram"]
+    # Every on-time Δ has τ = 0; every late one τ >= 1, and they sum to the scheduler's own.
+    assert sum(histogram[1:]) == late
+    stale_total = sum(k * n for k, n in enumerate(histogram))
+    assert stale_total == pytest.approx(summary["late_staleness_mean"] * late)
+    assert summary["staleness_unit"] == "rounds"
