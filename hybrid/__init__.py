@@ -11,8 +11,17 @@ from hybrid.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
     from hybrid.core.loop import Result, train
+    from hybrid.schedulers import Scheduler, Verdict, register_scheduler
 
-__all__ = ["ConfigError", "Result", "TrainConfig", "train"]
+__all__ = [
+    "ConfigError",
+    "Result",
+    "Scheduler",
+    "TrainConfig",
+    "Verdict",
+    "register_scheduler",
+    "train",
+]
 __version__ = "0.1.0"
 
 
@@ -22,4 +31,12 @@ def __getattr__(name: str) -> Any:
         from hybrid.core import loop
 
         return getattr(loop, name)
+    if name in ("Scheduler", "Verdict", "register_scheduler"):
+        from hybrid import schedulers
+
+        return getattr(schedulers, name)
+    if name in ("Step", "Update", "Snapshot"):  # what a scheduler of your own handles
+        from hybrid.core import global_model, update
+
+        return getattr(update if name != "Step" else global_model, name)
     raise AttributeError(f"module 'hybrid' has no attribute {name!r}")

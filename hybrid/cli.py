@@ -54,16 +54,35 @@ def normalize_bool_flags(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def gather_scheduler_args(argv: Sequence[str]) -> list[str]:
+    """Turn every ``--scheduler-arg key=value`` (repeatable) into one ``--scheduler-args
+    key value ...``, the form tyro parses into ``TrainConfig.scheduler_args``."""
+    pairs: list[str] = []
+    rest: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--scheduler-arg" or arg.startswith("--scheduler-arg="):
+            pair = arg.partition("=")[2] if "=" in arg else next(args, "")
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"scheduler_arg: expected key=value, got {pair!r}")
+            pairs += [key, value]
+        else:
+            rest.append(arg)
+    return [*rest, "--scheduler-args", *pairs] if pairs else rest
+
+
 def parse_train_args(argv: Sequence[str]) -> TrainConfig:
     """Parse flags into a TrainConfig; a parse error becomes a one-line ConfigError."""
     import tyro
 
     if any(a in ("-h", "--help") for a in argv):
         return tyro.cli(TrainConfig, args=list(argv), prog="hybrid train")
+    argv = gather_scheduler_args(normalize_bool_flags(argv))
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            return tyro.cli(TrainConfig, args=normalize_bool_flags(argv), prog="hybrid train")
+            return tyro.cli(TrainConfig, args=argv, prog="hybrid train")
     except SystemExit:
         raise ConfigError(_one_line(captured.getvalue())) from None
 

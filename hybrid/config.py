@@ -25,7 +25,12 @@ class TrainConfig:
     env: str = "CartPole-v1"
     """Gymnasium environment id."""
     scheduler: str = "async"
-    """Update scheduler: sync (A2C), async (A3C / Hogwild!), bounded (SSP)."""
+    """Update scheduler: sync (A2C), async (A3C / Hogwild!), bounded (SSP), hybrid (IMPALA /
+    Ape-X actor-learner), fedavg (federated rounds); or your own: a name registered with
+    hybrid.register_scheduler, or module:Class / path/to/file.py:Class."""
+    scheduler_args: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
+    """Your scheduler's own hyperparameters (the fields of its Settings dataclass), e.g.
+    --scheduler-arg lam=0.04 (repeatable); built-in schedulers take theirs as flags."""
     runtime: str = "serial"
     """Where workers run: serial (virtual clock), processes (shared memory), ray (local/cluster)."""
     algo: str = "a2c"
@@ -306,9 +311,14 @@ class TrainConfig:
         from hybrid.algorithms import ALGORITHMS
         from hybrid.codecs import CODEC_NAMES
         from hybrid.runtimes import RUNTIMES
-        from hybrid.schedulers import SCHEDULERS
+        from hybrid.schedulers import check_scheduler
 
-        _choice("scheduler", self.scheduler, SCHEDULERS)
+        if not isinstance(self.scheduler_args, dict):
+            raise ConfigError(
+                f"scheduler_args: expected a mapping of setting names to values, got "
+                f"{self.scheduler_args!r}"
+            )
+        check_scheduler(self.scheduler, self.scheduler_args)
         _choice("runtime", self.runtime, RUNTIMES)
         _choice("algo", self.algo, ALGORITHMS)
         _choice("head", self.head, ("auto", "categorical", "gaussian"))

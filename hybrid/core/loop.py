@@ -37,8 +37,14 @@ from hybrid.envs import EnvInfo, describe
 from hybrid.evaluation import Evaluator
 from hybrid.nets import FlatParams
 from hybrid.runtimes import Runtime, make_runtime
-from hybrid.schedulers import Scheduler, Verdict, make_scheduler
-from hybrid.seeding import MODEL_INIT, int_seed, stream
+from hybrid.schedulers import (
+    Scheduler,
+    Verdict,
+    make_scheduler,
+    short_name,
+    typed_scheduler_args,
+)
+from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
 from hybrid.tracking import Tracker, write_json_atomic
 
 
@@ -403,6 +409,7 @@ class Training:
             "format": 1,
             "global_model": self.global_model.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "scheduler_rng": self.scheduler.rng.bit_generator.state,
             "scheduler_buffer": [(update_to_state(u), s) for u, s in self.scheduler.buffer],
             "learner": self.learner.state_dict(with_replay=self.cfg.checkpoint_replay),
             "runtime": getattr(self.runtime, "state_dict", dict)(),
@@ -430,6 +437,8 @@ class Training:
         state = from_plain(state)
         self.global_model.load_state_dict(state["global_model"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if "scheduler_rng" in state:  # checkpoints from before the scheduler had one
+            self.scheduler.rng.bit_generator.state = state["scheduler_rng"]
         self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
         self.learner.load_state_dict(state["learner"])
         if state["runtime"] and hasattr(self.runtime, "load_state_dict"):
@@ -506,7 +515,8 @@ def prepare_run_dir(cfg: TrainConfig) -> Path:
         run_dir = Path(cfg.out)
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        run_dir = Path("runs") / f"{cfg.env}-{cfg.scheduler}-s{cfg.seed}-{stamp}"
+        env, scheduler = cfg.env.replace("/", "_"), short_name(cfg.scheduler)
+        run_dir = Path("runs") / f"{env}-{scheduler}-s{cfg.seed}-{stamp}"
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise ConfigError(f"out: {str(run_dir)!r} already exists and is not empty; choose another")
     return run_dir
@@ -535,6 +545,7 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
         cfg = apply_env_defaults(cfg, keep=overrides)
         cfg = apply_runtime_defaults(cfg, keep=overrides)
     cfg.validate()
+    cfg = cfg.replace(scheduler_args=typed_scheduler_args(cfg.scheduler, cfg.scheduler_args))
     info = describe(cfg.env, cfg)
     check_head(cfg, info)
     run_dir = Path(cfg.out) if resume_state is not None else prepare_run_dir(cfg)
@@ -542,6 +553,7 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     torch.set_num_threads(cfg.torch_threads)
     global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_dim)
     scheduler = make_scheduler(cfg)
+    scheduler.bind(global_model, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
     learner = make_learner(cfg, info, scheduler.payload_kind)
     runtime = make_runtime(cfg, info, global_model, scheduler)
     evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)

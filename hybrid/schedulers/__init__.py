@@ -1,28 +1,241 @@
-"""Scheduler registry: one line per scheduler."""
+"""Scheduler registry: one line per built-in scheduler, and the door for your own.
+
+A scheduler is named by a registered name (``sync``, or one you registered with
+``register_scheduler``) or by a path to its class: ``my_pkg.my_mod:MyScheduler``
+(imported) or ``path/to/file.py:MyScheduler`` (loaded from the file), as ``--env
+module:name`` works for envs. Its own hyperparameters (a ``Settings`` dataclass on the
+class) come from ``TrainConfig.scheduler_args``, checked against that dataclass here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import importlib
+import importlib.util
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from hybrid.config import TrainConfig
+from hybrid.config import ConfigError
 from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
-from hybrid.schedulers.base import Scheduler, Verdict
+from hybrid.schedulers.base import ModelView, Scheduler, Verdict
 from hybrid.schedulers.bounded import Bounded
 from hybrid.schedulers.fedavg import FedAvg
 from hybrid.schedulers.synchronous import Sync
 
-SCHEDULERS: dict[str, Callable[[TrainConfig], Scheduler]] = {
-    "sync": lambda c: Sync(c.workers),
-    "async": lambda c: Async(c.workers),
-    "bounded": lambda c: Bounded(c.workers, c.staleness_bound, c.staleness_aware_lr),
-    "hybrid": lambda c: ActorLearner(c.workers, c.learner_batch, c.max_policy_lag),
-    "fedavg": FedAvg.from_config,
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class SchedulerEntry:
+    """How to build one scheduler from a run's config."""
+
+    build: Callable[[TrainConfig], Scheduler]
+    cls: type[Scheduler]
+
+
+def _population(cfg: TrainConfig) -> int:
+    return cfg.clients if cfg.clients is not None else cfg.workers
+
+
+def _user_entry(cls: type[Scheduler]) -> SchedulerEntry:
+    def build(cfg: TrainConfig) -> Scheduler:
+        if cls.Settings is None:
+            return cls(_population(cfg))  # type: ignore[call-arg]
+        settings = make_settings(cls, cfg.scheduler_args)
+        return cls(_population(cfg), settings)  # type: ignore[call-arg]
+
+    return SchedulerEntry(build, cls)
+
+
+SCHEDULERS: dict[str, SchedulerEntry] = {
+    "sync": SchedulerEntry(lambda c: Sync(c.workers), Sync),
+    "async": SchedulerEntry(lambda c: Async(c.workers), Async),
+    "bounded": SchedulerEntry(
+        lambda c: Bounded(c.workers, c.staleness_bound, c.staleness_aware_lr), Bounded
+    ),
+    "hybrid": SchedulerEntry(
+        lambda c: ActorLearner(c.workers, c.learner_batch, c.max_policy_lag), ActorLearner
+    ),
+    "fedavg": SchedulerEntry(FedAvg.from_config, FedAvg),
 }
+BUILT_IN = frozenset(SCHEDULERS)
+
+
+def register_scheduler(name: str, cls: type[Scheduler]) -> None:
+    """Make ``cls`` usable as ``TrainConfig.scheduler=name`` (in this process).
+
+    Parallel runtimes build the scheduler in the main process only, so registering it
+    there is enough. For the command line and sweeps, name the class by its path instead
+    (``module:Class``), which every process can import.
+    """
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ConfigError(f"scheduler: {name!r} is not a usable name (a non-empty string, no ':')")
+    if name in BUILT_IN:
+        raise ConfigError(f"scheduler: {name!r} is a built-in scheduler; choose another name")
+    _check_class(name, cls)
+    SCHEDULERS[name] = _user_entry(cls)
+
+
+def resolve_scheduler(name: str) -> SchedulerEntry:
+    """The entry for a registered name or a ``module:Class`` / ``file.py:Class`` path."""
+    if name in SCHEDULERS:
+        return SCHEDULERS[name]
+    if not isinstance(name, str) or ":" not in name:
+        options = ", ".join(SCHEDULERS)
+        raise ConfigError(
+            f"scheduler: unknown {name!r}; choose one of {options}, or name your own class "
+            "as module:Class or path/to/file.py:Class"
+        )
+    where, _, attribute = name.rpartition(":")
+    module = _load_module(name, where)
+    cls = getattr(module, attribute, None)
+    if cls is None:
+        raise ConfigError(f"scheduler: {where!r} has no attribute {attribute!r}")
+    _check_class(name, cls)
+    return _user_entry(cls)
+
+
+def short_name(name: str) -> str:
+    """A scheduler's name fit for a directory or a chart label (its class, for a path)."""
+    return name.rpartition(":")[2] if ":" in name else name
+
+
+def make_settings(cls: type[Scheduler], args: Mapping[str, Any]) -> Any:
+    """``cls.Settings`` filled from ``args``, each value checked against the field's type."""
+    settings_cls = cls.Settings
+    if settings_cls is None:
+        if args:
+            raise ConfigError(
+                f"scheduler_args: {cls.__name__} takes no arguments (it declares no Settings)"
+            )
+        return None
+    fields = {f.name: f for f in dataclasses.fields(settings_cls)}
+    hints = typing.get_type_hints(settings_cls)
+    values = {}
+    for key, value in args.items():
+        if key not in fields:
+            raise ConfigError(
+                f"scheduler_args: {cls.__name__} has no setting {key!r}; "
+                f"its settings are {', '.join(fields) or 'none'}"
+            )
+        values[key] = _coerce(key, value, hints[key])
+    try:
+        return settings_cls(**values)
+    except (TypeError, ValueError) as exc:  # a __post_init__ check, a missing field
+        raise ConfigError(f"scheduler_args: {cls.__name__}: {exc}") from None
+
+
+def check_scheduler(name: str, args: Mapping[str, Any]) -> type[Scheduler]:
+    """Validate a config's scheduler and its arguments without building anything."""
+    entry = resolve_scheduler(name)
+    if entry.cls in (SCHEDULERS[b].cls for b in BUILT_IN):
+        if args:
+            raise ConfigError(
+                f"scheduler_args: the built-in scheduler {name!r} takes none; its settings "
+                "are TrainConfig fields (see hybrid train --help)"
+            )
+    else:
+        make_settings(entry.cls, args)
+    return entry.cls
+
+
+def typed_scheduler_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` with each value as its setting's type ("true" -> True): what config.json
+    records, so that analysis groups runs by values, not by how they were typed."""
+    cls = resolve_scheduler(name).cls
+    if cls.Settings is None or not args:
+        return dict(args)
+    settings = make_settings(cls, args)
+    return {key: getattr(settings, key) for key in args}
 
 
 def make_scheduler(cfg: TrainConfig) -> Scheduler:
-    return SCHEDULERS[cfg.scheduler](cfg)
+    return resolve_scheduler(cfg.scheduler).build(cfg)
+
+
+# --- internals --------------------------------------------------------------------------------
+
+
+def _check_class(name: str, cls: object) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise ConfigError(f"scheduler: {name!r} is not a subclass of hybrid.Scheduler")
+    if cls.payload_kind not in ("gradient", "delta", "trajectory"):
+        raise ConfigError(
+            f"scheduler: {cls.__name__}.payload_kind is {cls.payload_kind!r}; "
+            "choose gradient, delta or trajectory"
+        )
+    if cls.Settings is not None and not dataclasses.is_dataclass(cls.Settings):
+        raise ConfigError(f"scheduler: {cls.__name__}.Settings must be a dataclass")
+
+
+def _load_module(name: str, where: str) -> types.ModuleType:
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise ConfigError(f"scheduler: no file {where!r} (from {name!r})")
+        module_name = f"hybrid_user_scheduler_{path.stem}"
+        if module_name in sys.modules:
+            return sys.modules[module_name]
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"scheduler: cannot load {where!r}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses look their module up while loading
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[module_name]
+            raise ConfigError(f"scheduler: loading {where!r} failed: {exc}") from None
+        return module
+    try:
+        return importlib.import_module(where)
+    except Exception as exc:  # not only ImportError: '' or '..' are ValueErrors
+        raise ConfigError(f"scheduler: cannot import {where!r} for {name!r}: {exc}") from None
+
+
+def _coerce(key: str, value: Any, annotation: Any) -> Any:
+    """``value`` as the field's type: bool, int, float, str or None (also from CLI strings)."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    for kind in typing.get_args(annotation) if union else (annotation,):
+        converted = _as(kind, value)
+        if converted is not _NO:
+            return converted
+    kinds = typing.get_args(annotation) if union else (annotation,)
+    names = " or ".join(
+        "None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds
+    )
+    raise ConfigError(f"scheduler_args: {key}={value!r} is not a {names}")
+
+
+_NO = object()
+
+
+def _as(kind: Any, value: Any) -> Any:
+    """``value`` converted to ``kind``, or ``_NO``. A bool is no number here."""
+    if isinstance(value, str) and kind is not str:
+        text = value.strip().lower()
+        if kind is bool:
+            return {"true": True, "false": False}.get(text, _NO)
+        if kind is type(None):
+            return None if text in ("none", "null") else _NO
+        try:
+            return kind(text) if kind in (int, float) else _NO
+        except ValueError:
+            return _NO
+    if kind is bool or kind is str:
+        return value if isinstance(value, kind) else _NO
+    if kind is type(None):
+        return None if value is None else _NO
+    if kind in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        return kind(value) if kind is float or isinstance(value, int) else _NO
+    return _NO
 
 
 __all__ = [
@@ -31,8 +244,15 @@ __all__ = [
     "Async",
     "Bounded",
     "FedAvg",
+    "ModelView",
     "Scheduler",
+    "SchedulerEntry",
     "Sync",
     "Verdict",
+    "check_scheduler",
     "make_scheduler",
+    "register_scheduler",
+    "resolve_scheduler",
+    "short_name",
+    "typed_scheduler_args",
 ]

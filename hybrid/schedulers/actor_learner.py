@@ -16,7 +16,6 @@ from hybrid.schedulers.base import Scheduler, Verdict
 
 
 class ActorLearner(Scheduler):
-    name = "hybrid"
     payload_kind = "trajectory"
     staleness_unit = "learner steps"
 

@@ -8,7 +8,6 @@ from hybrid.schedulers.base import Scheduler
 
 
 class Async(Scheduler):
-    name = "async"
     applies_alone = True
 
     def ready(self, idle: Sequence[int], version: int) -> list[int]:

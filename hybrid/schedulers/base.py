@@ -4,6 +4,26 @@ A scheduler decides who may start a task (``ready``), what happens to an
 arriving update (``admit``), when the buffered updates become a step
 (``full``) and how they combine (``combine``). It does no I/O and owns no
 threads or processes, so it can be unit-tested with hand-made updates.
+
+Writing your own (the contract; ``hybrid.register_scheduler`` or
+``--scheduler module:Class`` makes it usable like a built-in one):
+
+- subclass ``Scheduler``; implement ``ready`` and ``full``, and override ``admit``,
+  ``reject`` and ``combine`` where the default (buffer everything, sample-weighted
+  mean) is not your rule;
+- declare your hyperparameters as a dataclass in the class attribute ``Settings``:
+  the constructor is then ``__init__(self, workers, settings)``, and the values come
+  from ``TrainConfig.scheduler_args`` (Python, ``--scheduler-arg key=value``, sweep
+  YAML), type-checked against the dataclass;
+- say what workers send (``payload_kind``: ``gradient``, ``delta`` for local training
+  of ``local_steps`` steps, or ``trajectory`` for a learner), whether every update is
+  applied alone on arrival (``applies_alone``: then the processes runtime may let
+  workers apply it themselves, Hogwild!) and the unit of staleness;
+- you may read the global parameters through ``self.model`` (``params``, ``version``;
+  bound by the loop before the first ``ready``) and keep copies of them, and draw from
+  ``self.rng`` (seeded from the run's seed, saved in checkpoints); you may not
+  write them, step an optimizer, do I/O, start threads or processes, or import a
+  runtime: the loop applies what ``combine`` returns, on every runtime alike.
 """
 
 from __future__ import annotations
@@ -11,7 +31,10 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+import torch
 
 from hybrid.core.global_model import Step
 from hybrid.core.update import Update
@@ -25,8 +48,23 @@ class Verdict(enum.Enum):
     """Discarded (counted as ``sched/dropped``)."""
 
 
+class ModelView(Protocol):
+    """What a scheduler may read of the global model (never write)."""
+
+    @property
+    def params(self) -> torch.Tensor: ...
+    @property
+    def version(self) -> int: ...
+
+
 class Scheduler(ABC):
-    name: ClassVar[str] = ""
+    Settings: ClassVar[type | None] = None
+    """The dataclass of this scheduler's own hyperparameters (``TrainConfig.scheduler_args``);
+    None: it takes none. Built-in schedulers read theirs from TrainConfig's fields."""
+    model: ModelView | None = None
+    """The global model, read-only (``bind``): for rules that need θ, e.g. delay compensation."""
+    rng: np.random.Generator
+    """The scheduler's own random stream (``bind``), e.g. to sample clients."""
     payload_kind: ClassVar[str] = "gradient"
     """What workers must send: ``gradient`` (or ``delta`` / ``trajectory`` for later schedulers)."""
     staleness_unit: ClassVar[str] = "updates"
@@ -43,6 +81,12 @@ class Scheduler(ABC):
             raise ValueError(f"workers: {workers} is too small; it must be >= 1")
         self.workers = workers
         self.buffer: list[tuple[Update, int]] = []
+
+    def bind(self, model: ModelView, rng: np.random.Generator) -> None:
+        """Called by the loop once, before the first ``ready``: the global model to read and
+        a random stream of the scheduler's own (seeded from the run's seed, checkpointed)."""
+        self.model = model
+        self.rng = rng
 
     @abstractmethod
     def ready(self, idle: Sequence[int], version: int) -> list[int]:

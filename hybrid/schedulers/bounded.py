@@ -17,8 +17,6 @@ from hybrid.schedulers.base import Scheduler, Verdict
 
 
 class Bounded(Scheduler):
-    name = "bounded"
-
     def __init__(self, workers: int, bound: int, staleness_aware: bool = False) -> None:
         super().__init__(workers)
         if bound < 0:

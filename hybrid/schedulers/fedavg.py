@@ -42,7 +42,6 @@ scheduler gives up: only a near-certain dropout or near-zero availability gets t
 
 
 class FedAvg(Scheduler):
-    name = "fedavg"
     payload_kind = "delta"
     staleness_unit = "rounds"
 

@@ -11,7 +11,6 @@ from hybrid.schedulers.base import Scheduler, Verdict
 
 
 class Sync(Scheduler):
-    name = "sync"
     staleness_unit = "rounds"
 
     def __init__(self, workers: int) -> None:

@@ -1,0 +1,273 @@
+"""Schedulers that users write themselves, with the public API only.
+
+The two published rules shipped in examples/schedulers (DC-ASGD, FedBuff) are the proof:
+their maths against hand-computed references, their settings from Python and the command
+line, bit-exact resume, and a run on every runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import crash_copy, make_update, metric_rows
+
+import hybrid
+from hybrid import ConfigError, Scheduler, TrainConfig
+from hybrid.checkpoint import list_checkpoints
+from hybrid.schedulers import SCHEDULERS, make_settings, resolve_scheduler
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "schedulers"
+DC_ASGD = f"{EXAMPLES / 'dc_asgd.py'}:DCASGD"
+FEDBUFF = f"{EXAMPLES / 'fedbuff.py'}:FedBuff"
+
+
+class FakeModel:
+    """A stand-in for the global model a scheduler may read."""
+
+    def __init__(self, params: torch.Tensor) -> None:
+        self.params = params
+        self.version = 0
+
+
+def _bound(scheduler: Scheduler, params: torch.Tensor) -> FakeModel:
+    import numpy as np
+
+    model = FakeModel(params)
+    scheduler.bind(model, np.random.default_rng(0))
+    return model
+
+
+# --- the public API ------------------------------------------------------------------------------
+
+
+@dataclass
+class EveryOtherSettings:
+    keep_odd: bool = False
+
+
+class EveryOther(Scheduler):
+    """Applies every other update on arrival, the rest dropped: a rule of one's own."""
+
+    Settings = EveryOtherSettings
+
+    def __init__(self, workers: int, settings: EveryOtherSettings) -> None:
+        super().__init__(workers)
+        self.settings = settings
+        self.seen = 0
+
+    def ready(self, idle, version):
+        return list(idle)
+
+    def admit(self, update, staleness):
+        self.seen += 1
+        if self.seen % 2 == int(self.settings.keep_odd):
+            return hybrid.Verdict.DROP
+        return super().admit(update, staleness)
+
+    def full(self):
+        return bool(self.buffer)
+
+
+def test_a_registered_scheduler_runs_with_its_own_settings(tiny_config):
+    hybrid.register_scheduler("every-other", EveryOther)
+    try:
+        cfg = tiny_config(scheduler="every-other", scheduler_args={"keep_odd": True})
+        result = hybrid.train(cfg)
+        again = hybrid.train(cfg.replace(out=cfg.out + "-again"))
+    finally:
+        del SCHEDULERS["every-other"]
+    assert result.summary["dropped"] == result.summary["tasks"] // 2
+    assert result.summary["final_params_sha256"] == again.summary["final_params_sha256"]
+    stored = json.loads((result.run_dir / "config.json").read_text())
+    assert stored["scheduler"] == "every-other" and stored["scheduler_args"] == {"keep_odd": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "field"),
+    [
+        ("no-such-scheduler", {}, "scheduler"),
+        (f"{EXAMPLES / 'nope.py'}:X", {}, "scheduler"),
+        (f"{EXAMPLES / 'dc_asgd.py'}:Nope", {}, "scheduler"),
+        (f"{EXAMPLES / 'dc_asgd.py'}:DCASGDSettings", {}, "scheduler"),  # not a Scheduler
+        ("json:JSONDecoder", {}, "scheduler"),
+        (DC_ASGD, {"lambda": 0.1}, "scheduler_args"),  # unknown setting
+        (DC_ASGD, {"lam": "a lot"}, "scheduler_args"),  # wrong type
+        (DC_ASGD, {"lam": True}, "scheduler_args"),  # a bool is no number
+        (DC_ASGD, {"lam": -1.0}, "scheduler_args"),  # its own check
+        ("sync", {"lam": 0.1}, "scheduler_args"),  # built-ins take flags
+    ],
+)
+def test_bad_schedulers_and_settings_are_one_line_errors(name, args, field):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(scheduler=name, scheduler_args=args).validate()
+    message = str(err.value)
+    assert message.startswith(f"{field}:") and "\n" not in message
+
+
+def test_settings_are_type_checked_from_command_line_strings():
+    cls = resolve_scheduler(DC_ASGD).cls
+    settings = make_settings(cls, {"lam": "0.5", "adaptive": "true"})
+    assert settings.lam == 0.5 and settings.adaptive is True
+    fedbuff = make_settings(resolve_scheduler(FEDBUFF).cls, {"buffer_size": "3"})
+    assert fedbuff.buffer_size == 3
+    with pytest.raises(ConfigError, match="buffer_size"):
+        make_settings(resolve_scheduler(FEDBUFF).cls, {"buffer_size": "2.5"})
+
+
+def test_cli_takes_repeated_scheduler_args(tmp_path):
+    out = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "hybrid.cli", "train", "--scheduler", DC_ASGD,
+        "--scheduler-arg", "lam=0.1", "--scheduler-arg=adaptive=true",
+        "--total-env-steps", "300", "--eval-every", "300", "--eval-episodes", "1",
+        "--workers", "2", "--no-progress", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    stored = json.loads((out / "config.json").read_text())
+    assert stored["scheduler_args"] == {"lam": 0.1, "adaptive": True}
+    bad = subprocess.run(
+        [*command[:6], "--scheduler-arg", "lam", "--out", str(tmp_path / "bad")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "scheduler_arg" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+# --- DC-ASGD ---------------------------------------------------------------------------------
+
+
+def test_dc_asgd_compensates_with_the_theta_the_worker_read():
+    cls = resolve_scheduler(DC_ASGD).cls
+    scheduler = cls(2, make_settings(cls, {"lam": 0.5}))
+    model = _bound(scheduler, torch.tensor([1.0, 2.0, 3.0]))
+    assert scheduler.ready([0, 1], version=0) == [0, 1]  # both read θ_0
+    model.params, model.version = torch.tensor([1.5, 2.0, 2.0]), 1  # someone's step landed
+    g = torch.tensor([2.0, -1.0, 1.0])
+    scheduler.admit(make_update(1, 0, g.tolist()), staleness=1)
+    step = scheduler.combine()
+    # g + λ g⊙g⊙(θ_now − θ_read) = g + 0.5 · [4, 1, 1] ⊙ [0.5, 0, −1]
+    assert torch.allclose(step.direction, torch.tensor([3.0, -1.0, 0.5]))
+    assert len(scheduler.read) == 1  # θ_0 is kept while worker 0's task is in flight
+
+
+def test_dc_asgd_adaptive_divides_lambda_by_the_root_mean_square():
+    cls = resolve_scheduler(DC_ASGD).cls
+    scheduler = cls(1, make_settings(cls, {"lam": 1.0, "adaptive": True, "momentum": 0.5}))
+    model = _bound(scheduler, torch.zeros(2))
+    scheduler.ready([0], 0)
+    model.params = torch.ones(2)
+    g = torch.tensor([2.0, 4.0])
+    scheduler.admit(make_update(0, 0, g.tolist()), staleness=0)
+    step = scheduler.combine()
+    expected = g + 1.0 / torch.sqrt(g * g + 1e-7) * g * g * 1.0  # first MeanSquare is g²
+    assert torch.allclose(step.direction, expected)
+
+
+def test_dc_asgd_with_zero_lambda_is_async_exactly(tiny_config):
+    common = {"cluster": "heterogeneous", "stop_when_solved": False, "total_env_steps": 1_200}
+    plain = hybrid.train(tiny_config(scheduler="async", **common))
+    dc = hybrid.train(
+        tiny_config(
+            scheduler=DC_ASGD, scheduler_args={"lam": 0.0}, out=str(plain.run_dir) + "-dc", **common
+        )
+    )
+    assert dc.summary["final_params_sha256"] == plain.summary["final_params_sha256"]
+    compensated = hybrid.train(
+        tiny_config(
+            scheduler=DC_ASGD, scheduler_args={"lam": 1.0}, out=str(plain.run_dir) + "-l1", **common
+        )
+    )
+    assert compensated.summary["final_params_sha256"] != plain.summary["final_params_sha256"]
+
+
+# --- FedBuff ---------------------------------------------------------------------------------
+
+
+def test_fedbuff_steps_on_the_staleness_weighted_mean_of_k_deltas():
+    cls = resolve_scheduler(FEDBUFF).cls
+    scheduler = cls(4, make_settings(cls, {"buffer_size": 3}))
+    _bound(scheduler, torch.zeros(2))
+    assert scheduler.ready([0, 1, 2, 3], 0) == [0, 1, 2, 3]
+    arrivals = [([1.0, 0.0], 0), ([0.0, 2.0], 3), ([4.0, 4.0], 8)]
+    for worker, (delta, tau) in enumerate(arrivals):
+        assert not scheduler.full()
+        scheduler.admit(make_update(worker, 0, delta, kind="delta"), staleness=tau)
+    assert scheduler.full()
+    step = scheduler.combine()
+    # (1/K) Σ Δ_k / sqrt(1 + τ_k) = ([1, 0]/1 + [0, 2]/2 + [4, 4]/3) / 3
+    expected = (
+        torch.tensor([1.0, 0.0]) + torch.tensor([0.0, 1.0]) + torch.tensor([4.0, 4.0]) / 3
+    ) / 3
+    assert torch.allclose(step.direction, expected) and step.clip is False
+    assert len(step.updates) == 3 and not scheduler.buffer
+
+
+def test_fedbuff_keeps_at_most_concurrency_clients_training():
+    cls = resolve_scheduler(FEDBUFF).cls
+    scheduler = cls(10, make_settings(cls, {"buffer_size": 2, "concurrency": 3}))
+    _bound(scheduler, torch.zeros(1))
+    first = scheduler.ready(list(range(10)), 0)
+    assert len(first) == 3 and first == sorted(first)
+    idle = [w for w in range(10) if w not in first]
+    assert scheduler.ready(idle, 0) == []  # three are training
+    assert len(scheduler.ready([*idle, first[0]], 0)) == 1  # one came back
+
+
+# --- every runtime, and resume -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "args"),
+    [(DC_ASGD, {"lam": 0.5}), (FEDBUFF, {"buffer_size": 2})],
+    ids=["dc_asgd", "fedbuff"],
+)
+def test_user_schedulers_resume_bit_exactly(tiny_config, tmp_path, scheduler, args):
+    cfg = tiny_config(
+        scheduler=scheduler,
+        scheduler_args=args,
+        local_steps=2,
+        total_env_steps=2_400,
+        checkpoint_every=5,
+        keep_checkpoints=100,
+        stop_when_solved=False,
+        eval_every=700,
+        cluster="heterogeneous",
+    )
+    full = hybrid.train(cfg)
+    assert len(list_checkpoints(full.run_dir)) >= 3
+    crashed = crash_copy(full.run_dir, tmp_path / "crashed")
+    resumed = hybrid.train(resume=str(crashed))
+    assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
+    assert metric_rows(crashed) == metric_rows(full.run_dir)
+
+
+@pytest.mark.parametrize("runtime", ["processes", "ray"])
+@pytest.mark.parametrize(
+    ("scheduler", "args"),
+    [(DC_ASGD, {"lam": 0.5}), (FEDBUFF, {"buffer_size": 2})],
+    ids=["dc_asgd", "fedbuff"],
+)
+def test_user_schedulers_run_on_parallel_runtimes(tiny_config, runtime, scheduler, args):
+    if runtime == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed")
+    cfg = tiny_config(
+        runtime=runtime,
+        scheduler=scheduler,
+        scheduler_args=args,
+        workers=2,
+        local_steps=2,
+        total_env_steps=1_000,
+        stop_when_solved=False,
+    )
+    summary = hybrid.train(cfg).summary
+    assert summary["env_steps"] >= 1_000 and summary["updates"] > 0
+    assert summary["rejected_corrupt"] == 0 and summary["rejected_nonfinite"] == 0
