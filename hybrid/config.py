@@ -63,7 +63,9 @@ class TrainConfig:
 
     # --- server optimizer (the global model's) --------------------------------------------------
     optimizer: str = "adam"
-    """Server optimizer: adam, rmsprop (statistics shared by all workers, as in A3C), sgd."""
+    """Server optimizer: adam (torch's, bias-corrected), rmsprop (statistics shared by all
+    workers, as in A3C), sgd, or Reddi et al. 2021's fedadam, fedyogi, fedadagrad (FedOpt:
+    no bias correction, v starts at adam_eps², server_beta1/server_beta2)."""
     lr: float = 1e-3
     """Server learning rate."""
     lr_schedule: str = "constant"
@@ -71,9 +73,14 @@ class TrainConfig:
     max_grad_norm: float = 0.5
     """Clip the norm of each applied step; 0 disables clipping."""
     adam_eps: float = 1e-5
-    """Epsilon of Adam and RMSProp."""
+    """Epsilon of Adam and RMSProp; FedOpt's tau for fedadam / fedyogi / fedadagrad (the
+    paper's grid is 1e-5..1e-1, 1e-3 a common choice)."""
     rmsprop_alpha: float = 0.99
     """RMSProp smoothing constant."""
+    server_beta1: float = 0.9
+    """fedadam / fedyogi / fedadagrad: momentum β1 of the pseudo-gradient, in [0, 1)."""
+    server_beta2: float = 0.99
+    """fedadam / fedyogi: second-moment β2, in [0, 1) (the paper's 0.99, not torch's 0.999)."""
 
     # --- bounded staleness -----------------------------------------------------------------------
     staleness_bound: int = 4
@@ -305,6 +312,7 @@ class TrainConfig:
         """Check every field; raise ConfigError with a one-line message on the first bad one."""
         from hybrid.algorithms import ALGORITHMS
         from hybrid.codecs import CODEC_NAMES
+        from hybrid.core.global_model import OPTIMIZERS
         from hybrid.runtimes import RUNTIMES
         from hybrid.schedulers import SCHEDULERS
 
@@ -312,7 +320,7 @@ class TrainConfig:
         _choice("runtime", self.runtime, RUNTIMES)
         _choice("algo", self.algo, ALGORITHMS)
         _choice("head", self.head, ("auto", "categorical", "gaussian"))
-        _choice("optimizer", self.optimizer, ("adam", "rmsprop", "sgd"))
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
         _choice("cluster", self.cluster, ("homogeneous", "heterogeneous", "stragglers"))
         _choice("codec", self.codec, CODEC_NAMES)
@@ -349,6 +357,9 @@ class TrainConfig:
         ):
             _non_negative(name, getattr(self, name))
         _in_range("rmsprop_alpha", self.rmsprop_alpha, 0.0, 1.0)
+        for name in ("server_beta1", "server_beta2"):
+            if not 0.0 <= _number(name, getattr(self, name)) < 1.0:
+                raise ConfigError(f"{name}: {getattr(self, name)} is outside [0, 1)")
         # actor-learner and Q-learning
         _choice("correction", self.correction, ("vtrace", "none"))
         _choice("replay", self.replay, ("prioritized", "uniform"))
