@@ -16,9 +16,10 @@ per batch of experience:
   ``--optimizer sgd --lr 1`` the server applies Δ as it is: one worker is then
   exactly CleanRL-style PPO, ``sync`` averages the workers' local results
   (FedAvg's rule) and ``async`` adds each worker's displacement to the current
-  θ. With ``adam`` the server treats Δ as a direction of its own step size
-  (FedAdam's rule) — slower, but stable. The local Adam state is worker state,
-  kept across tasks as a single PPO process keeps it across iterations.
+  θ. With ``adam`` (torch's) the server treats Δ as a direction of its own step
+  size — slower, but stable; ``fedadam`` is Reddi et al.'s rule for such a Δ.
+  The local Adam state is worker state, kept across tasks as a single PPO
+  process keeps it across iterations.
 - ``hybrid`` (payload: trajectories). ``PPOLearner`` takes the epochs on the
   learner, each minibatch one server step; the ratio is taken against the
   actors' behaviour log-probabilities, so the clip also bounds the policy lag.

@@ -141,7 +141,7 @@ class Worker:
         # Views of θ_global shaped like each parameter; the snapshot is shared, only read.
         chunks = snapshot.params.split([p.numel() for p in params])
         anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
-        # Not cfg.adam_eps: that is the server's (FedAdam's tau, often 1e-3 or more).
+        # Not cfg.adam_eps: that is the server's (FedOpt's tau, often 1e-3 or more).
         optimizer = make_optimizer(
             cfg.local_optimizer, params, cfg.local_lr, LOCAL_ADAM_EPS, cfg.rmsprop_alpha
         )
