@@ -229,6 +229,10 @@ class TrainConfig:
     bounded, sending Δ; on the learner under hybrid)."""
     ppo_minibatches: int = 1
     """PPO minibatches per epoch."""
+    ppo_advantage_norm: str = "auto"
+    """PPO advantage normalization: minibatch (CleanRL), batch (MAPPO: once per rollout or
+    learner batch), none, or auto: minibatch on Gymnasium envs, batch on multi-agent ones.
+    With one minibatch, minibatch and batch are the same."""
     ppo_lr: float = 5e-4
     """Learning rate of the worker's local Adam for PPO's epochs (the server's is lr)."""
     clip_coef: float = 0.2
@@ -311,6 +315,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Check every field; raise ConfigError with a one-line message on the first bad one."""
         from hybrid.algorithms import ALGORITHMS
+        from hybrid.algorithms.ppo import ADVANTAGE_NORMS
         from hybrid.codecs import CODEC_NAMES
         from hybrid.core.global_model import OPTIMIZERS
         from hybrid.runtimes import RUNTIMES
@@ -419,6 +424,7 @@ class TrainConfig:
         _choice("critic", self.critic, ("auto", "central", "local"))
         _at_least("ppo_epochs", self.ppo_epochs, 1)
         _at_least("ppo_minibatches", self.ppo_minibatches, 1)
+        _choice("ppo_advantage_norm", self.ppo_advantage_norm, ADVANTAGE_NORMS)
         _positive("ppo_lr", self.ppo_lr)
         _positive("clip_coef", self.clip_coef)
         from hybrid.envs import is_multiagent_id
