@@ -171,11 +171,13 @@ class TrainConfig:
     on-demand client's envs start afresh each round: E * rollout_steps bounds its episodes."""
     local_optimizer: str = "adam"
     """fedavg: client optimizer, sgd or adam, fresh every round; max_grad_norm clips each local
-    gradient (the server does not clip the averaged model difference)."""
+    loss gradient (the server does not clip the averaged model difference)."""
     local_lr: float = 1e-3
     """fedavg: client learning rate."""
     prox_mu: float = 0.0
-    """fedavg: FedProx mu; a client minimizes its loss + mu/2 ||theta - theta_global||^2."""
+    """fedavg: FedProx mu; a client minimizes its loss + mu/2 ||theta - theta_global||^2: the
+    proximal gradient mu (theta - theta_global) is added after clipping (Li et al. 2020's step
+    with local sgd)."""
     server_momentum: float = 0.0
     """Momentum of the sgd server optimizer (fedavg + optimizer sgd + lr 1: FedAvgM)."""
     client_dynamics: str = "iid"
