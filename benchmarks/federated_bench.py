@@ -44,10 +44,11 @@ STEPS_PER_TASK = LOCAL["local_steps"] * LOCAL["rollout_steps"] * LOCAL["envs_per
 STRATEGIES: dict[str, dict[str, Any]] = {
     "FedAvg": dict(optimizer="sgd", lr=1.0),
     "FedProx (mu=1)": dict(optimizer="sgd", lr=1.0, prox_mu=1.0),
-    # Server lr and tau (adam_eps) from a small grid (lr 1e-3..0.1, tau 1e-3..0.1; IID and
-    # non-IID, C = 0.5, 2 seeds, 20 rounds): this pair and (0.1, 0.1) did best, both well
-    # below FedAvg at this horizon.
-    "FedAdam (lr=0.03, tau=0.01)": dict(optimizer="adam", lr=0.03, adam_eps=1e-2),
+    # Reddi et al.'s FedAdam (hybrid.fedopt). Not tuned here: the grid once run for this
+    # benchmark (best: lr 0.03, eps 0.01) used torch's bias-corrected Adam, whose early steps
+    # are 5-13x larger, so it does not carry over. tau = 1e-3 is the paper's most common
+    # choice; with it the first round moves about as far as FedAvg's on these clients' Δs.
+    "FedAdam (lr=0.03, tau=1e-3)": dict(optimizer="fedadam", lr=0.03, adam_eps=1e-3),
 }
 DYNAMICS = {"IID": "iid", "non-IID pole length": "pole_length"}
 FRACTIONS = (0.1, 0.5)

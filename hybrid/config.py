@@ -68,7 +68,9 @@ class TrainConfig:
 
     # --- server optimizer (the global model's) --------------------------------------------------
     optimizer: str = "adam"
-    """Server optimizer: adam, rmsprop (statistics shared by all workers, as in A3C), sgd."""
+    """Server optimizer: adam (torch's, bias-corrected), rmsprop (statistics shared by all
+    workers, as in A3C), sgd, or Reddi et al. 2021's fedadam, fedyogi, fedadagrad (FedOpt:
+    no bias correction, v starts at adam_eps², server_beta1/server_beta2)."""
     lr: float = 1e-3
     """Server learning rate."""
     lr_schedule: str = "constant"
@@ -76,9 +78,14 @@ class TrainConfig:
     max_grad_norm: float = 0.5
     """Clip the norm of each applied step; 0 disables clipping."""
     adam_eps: float = 1e-5
-    """Epsilon of Adam and RMSProp."""
+    """Epsilon of Adam and RMSProp; FedOpt's tau for fedadam / fedyogi / fedadagrad (the
+    paper's grid is 1e-5..1e-1, 1e-3 a common choice)."""
     rmsprop_alpha: float = 0.99
     """RMSProp smoothing constant."""
+    server_beta1: float = 0.9
+    """fedadam / fedyogi / fedadagrad: momentum β1 of the pseudo-gradient, in [0, 1)."""
+    server_beta2: float = 0.99
+    """fedadam / fedyogi: second-moment β2, in [0, 1) (the paper's 0.99, not torch's 0.999)."""
 
     # --- bounded staleness -----------------------------------------------------------------------
     staleness_bound: int = 4
@@ -169,11 +176,13 @@ class TrainConfig:
     on-demand client's envs start afresh each round: E * rollout_steps bounds its episodes."""
     local_optimizer: str = "adam"
     """fedavg: client optimizer, sgd or adam, fresh every round; max_grad_norm clips each local
-    gradient (the server does not clip the averaged model difference)."""
+    loss gradient (the server does not clip the averaged model difference)."""
     local_lr: float = 1e-3
     """fedavg: client learning rate."""
     prox_mu: float = 0.0
-    """fedavg: FedProx mu; a client minimizes its loss + mu/2 ||theta - theta_global||^2."""
+    """fedavg: FedProx mu; a client minimizes its loss + mu/2 ||theta - theta_global||^2: the
+    proximal gradient mu (theta - theta_global) is added after clipping (Li et al. 2020's step
+    with local sgd)."""
     server_momentum: float = 0.0
     """Momentum of the sgd server optimizer (fedavg + optimizer sgd + lr 1: FedAvgM)."""
     client_dynamics: str = "iid"
@@ -227,6 +236,10 @@ class TrainConfig:
     bounded, sending Δ; on the learner under hybrid)."""
     ppo_minibatches: int = 1
     """PPO minibatches per epoch."""
+    ppo_advantage_norm: str = "auto"
+    """PPO advantage normalization: minibatch (CleanRL), batch (MAPPO: once per rollout or
+    learner batch), none, or auto: minibatch on Gymnasium envs, batch on multi-agent ones.
+    With one minibatch, minibatch and batch are the same."""
     ppo_lr: float = 5e-4
     """Learning rate of the worker's local Adam for PPO's epochs (the server's is lr)."""
     clip_coef: float = 0.2
@@ -309,7 +322,9 @@ class TrainConfig:
     def validate(self) -> None:
         """Check every field; raise ConfigError with a one-line message on the first bad one."""
         from hybrid.algorithms import ALGORITHMS
+        from hybrid.algorithms.ppo import ADVANTAGE_NORMS
         from hybrid.codecs import CODEC_NAMES
+        from hybrid.core.global_model import OPTIMIZERS
         from hybrid.runtimes import RUNTIMES
         from hybrid.schedulers import check_scheduler
 
@@ -322,7 +337,7 @@ class TrainConfig:
         _choice("runtime", self.runtime, RUNTIMES)
         _choice("algo", self.algo, ALGORITHMS)
         _choice("head", self.head, ("auto", "categorical", "gaussian"))
-        _choice("optimizer", self.optimizer, ("adam", "rmsprop", "sgd"))
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
         _choice("cluster", self.cluster, ("homogeneous", "heterogeneous", "stragglers"))
         _choice("codec", self.codec, CODEC_NAMES)
@@ -359,6 +374,9 @@ class TrainConfig:
         ):
             _non_negative(name, getattr(self, name))
         _in_range("rmsprop_alpha", self.rmsprop_alpha, 0.0, 1.0)
+        for name in ("server_beta1", "server_beta2"):
+            if not 0.0 <= _number(name, getattr(self, name)) < 1.0:
+                raise ConfigError(f"{name}: {getattr(self, name)} is outside [0, 1)")
         # actor-learner and Q-learning
         _choice("correction", self.correction, ("vtrace", "none"))
         _choice("replay", self.replay, ("prioritized", "uniform"))
@@ -418,6 +436,7 @@ class TrainConfig:
         _choice("critic", self.critic, ("auto", "central", "local"))
         _at_least("ppo_epochs", self.ppo_epochs, 1)
         _at_least("ppo_minibatches", self.ppo_minibatches, 1)
+        _choice("ppo_advantage_norm", self.ppo_advantage_norm, ADVANTAGE_NORMS)
         _positive("ppo_lr", self.ppo_lr)
         _positive("clip_coef", self.clip_coef)
         from hybrid.envs import is_multiagent_id

@@ -305,14 +305,23 @@ MULTIAGENT_ALGOS = ("mappo", "ippo", "ppo", "a2c")
 """What runs on a PettingZoo env: ``ppo`` is IPPO there; ``a2c`` one gradient per task."""
 
 
+def worker_settings(cfg: TrainConfig) -> PPOSettings:
+    """PPO's settings for a worker on a multi-agent task; A2C's one gradient normalizes
+    advantages (per batch: it is one step) only with ``--normalize-advantages``."""
+    ppo = PPOSettings.from_config(cfg, multiagent=True)
+    if cfg.algo == "a2c":
+        norm = "batch" if cfg.normalize_advantages else "none"
+        ppo = dataclasses.replace(ppo, advantage_norm=norm)
+    return ppo
+
+
 def loss(cfg: TrainConfig) -> PPOLoss:
     """One gradient of the clipped loss at the acting θ (A2C; each fedavg local step)."""
-    normalize = cfg.normalize_advantages if cfg.algo == "a2c" else True
-    return PPOLoss(PPOSettings.from_config(cfg), _prepare(cfg), normalize)
+    return PPOLoss(worker_settings(cfg), _prepare(cfg))
 
 
 def local_update(cfg: TrainConfig) -> LocalPPO:
-    return LocalPPO(PPOSettings.from_config(cfg), _prepare(cfg))
+    return LocalPPO(worker_settings(cfg), _prepare(cfg))
 
 
 def trajectory(cfg: TrainConfig) -> Any:
@@ -322,7 +331,9 @@ def trajectory(cfg: TrainConfig) -> Any:
 def learner(cfg: TrainConfig, info: Any) -> PPOLearner:
     from hybrid.seeding import LEARNER, int_seed, stream
 
-    settings = PPOSettings.from_config(cfg)
+    # A2C's learner keeps PPO's advantage normalization (per batch here), not
+    # --normalize-advantages, as it always has.
+    settings = PPOSettings.from_config(cfg, multiagent=True)
     if cfg.algo == "a2c":  # one step per batch, as IMPALA's learner takes
         settings = dataclasses.replace(settings, epochs=1, minibatches=1)
     return PPOLearner(

@@ -30,7 +30,8 @@ CHOICES = {
         "CartPole",
     ],
     "head": ["auto", "categorical", "gaussian", "beta"],
-    "optimizer": ["adam", "rmsprop", "sgd", "lion"],
+    "optimizer": ["adam", "rmsprop", "sgd", "fedadam", "fedyogi", "fedadagrad", "lion"],
+    "ppo_advantage_norm": ["auto", "minibatch", "batch", "none", "episode"],
     "codec": ["none", "fp16", "bf16", "int8", "topk", "zip"],
     "cluster": ["homogeneous", "heterogeneous", "stragglers", "cloud"],
 }

@@ -350,18 +350,26 @@ def _local_delta(cfg: TrainConfig, theta: torch.Tensor) -> torch.Tensor:
     return update.payload
 
 
-def test_fedprox_term_by_hand():
-    """Two local SGD steps. Step 1 starts at θ_g, where the proximal gradient is 0, so
-    θ1 = θ_g − η g1 whatever μ. Step 2 adds μ(θ1 − θ_g) = −μ η g1 to the same g2 (same
-    θ1, same seeds), so Δ_μ = Δ_0 − η μ (η g1) = Δ_0 − η μ Δ(E=1)."""
-    eta, mu = 0.05, 2.0
-    cfg = TrainConfig(scheduler="fedavg", local_optimizer="sgd", local_lr=eta, max_grad_norm=0.0)
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.05], ids=["unclipped", "clipped"])
+def test_fedprox_local_sgd_step_is_li_et_al(max_grad_norm):
+    """Li et al. 2020 with SGD: θ ← θ − η(∇F_k(θ) + μ(θ − θ_g)), ∇F_k the (clipped) RL
+    gradient. Step 1 starts at θ_g, where the proximal gradient is 0, so θ1 = θ_g − η c(g1)
+    whatever μ (c: clipping). Step 2 adds μ(θ1 − θ_g) = −μ η c(g1) to the same c(g2) (same
+    θ1, same seeds), so Δ_μ = Δ_0 − η μ Δ(E=1). Clipping the sum instead would shrink the
+    proximal pull with the loss gradient whenever their sum exceeds max_grad_norm."""
+    eta, mu = 0.05, 5.0
+    cfg = TrainConfig(
+        scheduler="fedavg", local_optimizer="sgd", local_lr=eta, max_grad_norm=max_grad_norm
+    )
     theta = initial_params(cfg, describe(cfg.env))
     one_step = _local_delta(cfg.replace(local_steps=1), theta)
     plain = _local_delta(cfg.replace(local_steps=2), theta)
     prox = _local_delta(cfg.replace(local_steps=2, prox_mu=mu), theta)
     assert float(one_step.norm()) > 0
-    torch.testing.assert_close(prox, plain - eta * mu * one_step, rtol=0, atol=1e-6)
+    if max_grad_norm:  # both loss gradients were clipped: the case the order decides
+        assert float(one_step.norm()) == pytest.approx(eta * max_grad_norm, rel=1e-4)
+        assert float((plain - one_step).norm()) == pytest.approx(eta * max_grad_norm, rel=1e-4)
+    torch.testing.assert_close(prox, plain - eta * mu * one_step, rtol=0, atol=1e-7)
     assert float(prox.norm()) < float(plain.norm())  # pulled back toward θ_global
 
 

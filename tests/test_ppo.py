@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import hybrid
+from hybrid.algorithms import ppo as ppo_module
 from hybrid.algorithms.ppo import PPOBatch, ValueNorm, minibatches, ppo_loss
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.loop import initial_params
@@ -153,6 +154,89 @@ def test_ppo_runs_are_reproducible_under_async(tmp_path):
     assert run(0) == run(1)
 
 
+# --- advantage normalization: CleanRL's per minibatch, MAPPO's per batch -----------------------
+
+
+def _advantages_seen_by_the_loss(monkeypatch, cfg: TrainConfig) -> tuple[list, torch.Tensor]:
+    """Run one worker task of local PPO epochs; return the advantages (and masks) each
+    minibatch's loss saw, and the Δ the worker sent."""
+    seen = []
+
+    def spy(logp, entropy, values, batch, *args, **kwargs):
+        seen.append((batch.advantages.clone(), batch.mask))
+        return ppo_loss(logp, entropy, values, batch, *args, **kwargs)
+
+    monkeypatch.setattr(ppo_module, "ppo_loss", spy)
+    info = describe(cfg.env)
+    worker = Worker(0, cfg, info)
+    update = worker.run_task(Snapshot(initial_params(cfg, info), 0))
+    worker.close()
+    return seen, update.payload
+
+
+def _moments(advantages: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, float]:
+    valid = advantages if mask is None else advantages[mask > 0]
+    return float(valid.mean()), float(valid.std())
+
+
+PPO_CARTPOLE = TrainConfig(
+    env="CartPole-v1", algo="ppo", envs_per_worker=2, rollout_steps=32, ppo_epochs=2
+)
+
+
+def test_single_agent_ppo_normalizes_each_minibatch_by_default(monkeypatch):
+    """CleanRL: every minibatch the loss sees has zero-mean, unit-std advantages."""
+    cfg = PPO_CARTPOLE.replace(ppo_minibatches=4)
+    seen, _ = _advantages_seen_by_the_loss(monkeypatch, cfg)
+    assert len(seen) == 2 * 4
+    for advantages, mask in seen:
+        mean, std = _moments(advantages, mask)
+        assert mean == pytest.approx(0.0, abs=1e-5) and std == pytest.approx(1.0, abs=1e-5)
+
+
+def test_per_batch_normalization_leaves_minibatches_uncentred(monkeypatch):
+    """The control: normalized once over the 64 samples, a minibatch of 16 is not."""
+    cfg = PPO_CARTPOLE.replace(ppo_minibatches=4, ppo_advantage_norm="batch")
+    seen, _ = _advantages_seen_by_the_loss(monkeypatch, cfg)
+    means = [abs(_moments(a, m)[0]) for a, m in seen]
+    assert max(means) > 0.05
+    epoch = torch.cat([a for a, _ in seen[:4]])  # the first epoch covers the batch once
+    assert _moments(epoch, None)[0] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_with_one_minibatch_minibatch_and_batch_are_the_same_numbers(monkeypatch):
+    runs = {
+        norm: _advantages_seen_by_the_loss(
+            monkeypatch, PPO_CARTPOLE.replace(ppo_advantage_norm=norm)
+        )
+        for norm in ("minibatch", "batch", "none")
+    }
+    assert torch.equal(runs["minibatch"][1], runs["batch"][1])
+    assert not torch.equal(runs["none"][1], runs["batch"][1])
+    raw = runs["none"][0][0][0]
+    assert abs(_moments(raw, None)[0]) > 0.05  # the raw advantages were not centred
+
+
+def test_multiagent_ppo_normalizes_per_batch_by_default(monkeypatch):
+    """MAPPO: once over the whole rollout (the agents that acted), before the minibatches."""
+    cfg = TrainConfig(
+        env="mpe2/simple_spread_v3",
+        algo="mappo",
+        envs_per_worker=2,
+        rollout_steps=25,
+        ppo_epochs=1,
+        ppo_minibatches=2,
+    )
+    seen, _ = _advantages_seen_by_the_loss(monkeypatch, cfg)
+    assert max(abs(_moments(a, m)[0]) for a, m in seen) > 0.01
+    mean, std = _moments(torch.cat([a for a, _ in seen]), torch.cat([m for _, m in seen]))
+    assert mean == pytest.approx(0.0, abs=1e-5) and std == pytest.approx(1.0, abs=1e-2)
+    seen, _ = _advantages_seen_by_the_loss(monkeypatch, cfg.replace(ppo_advantage_norm="minibatch"))
+    for advantages, mask in seen:
+        mean, std = _moments(advantages, mask)
+        assert mean == pytest.approx(0.0, abs=1e-5) and std == pytest.approx(1.0, abs=1e-5)
+
+
 def test_ppo_settings_are_validated():
     with pytest.raises(ConfigError, match="ppo_epochs"):
         TrainConfig(algo="ppo", ppo_epochs=0).validate()
@@ -160,6 +244,8 @@ def test_ppo_settings_are_validated():
         TrainConfig(algo="ppo", clip_coef=0.0).validate()
     with pytest.raises(ConfigError, match="critic"):
         TrainConfig(critic="shared").validate()
+    with pytest.raises(ConfigError, match=r"^ppo_advantage_norm: unknown 'episode'"):
+        TrainConfig(algo="ppo", ppo_advantage_norm="episode").validate()
 
 
 @pytest.mark.slow

@@ -13,17 +13,26 @@ per batch of experience:
   ``ppo_epochs × ppo_minibatches`` steps of its own local Adam on its rollout
   and sends the pseudo-gradient Δ = θ_snapshot − θ_local (``kind="delta"``),
   which the loop applies through the server optimizer like any direction. With
-  ``--optimizer sgd --lr 1`` the server applies Δ as it is: one worker is then
-  exactly CleanRL-style PPO, ``sync`` averages the workers' local results
-  (FedAvg's rule) and ``async`` adds each worker's displacement to the current
-  θ. With ``adam`` the server treats Δ as a direction of its own step size
-  (FedAdam's rule) — slower, but stable. The local Adam state is worker state,
-  kept across tasks as a single PPO process keeps it across iterations.
+  ``--optimizer sgd --lr 1`` the server applies Δ as it is: one worker then
+  takes CleanRL's PPO update on its rollout (clipped surrogate and value loss,
+  advantages normalized per minibatch, global-norm clipping), ``sync``
+  averages the workers' local results (FedAvg's rule) and ``async`` adds each
+  worker's displacement to the current θ. Not CleanRL in two defaults: value
+  normalization is on (``--no-value-norm``) and the local Adam's learning rate
+  does not anneal. With ``adam`` (torch's) the server treats Δ as a direction
+  of its own step size — slower, but stable; ``fedadam`` is Reddi et al.'s
+  rule for such a Δ. The local Adam state is worker state, kept across tasks
+  as a single PPO process keeps it across iterations.
 - ``hybrid`` (payload: trajectories). ``PPOLearner`` takes the epochs on the
   learner, each minibatch one server step; the ratio is taken against the
   actors' behaviour log-probabilities, so the clip also bounds the policy lag.
 - ``fedavg`` (local steps on fresh rollouts): each local step is one gradient
   of ``PPOLoss`` — the clipped loss at the current local θ.
+
+Advantage normalization (``ppo_advantage_norm``) happens where the loss is
+computed: per minibatch, as CleanRL does (the single-agent default), or once per
+batch, as MAPPO does (the multi-agent default), or not at all. With one
+minibatch the two are the same numbers.
 
 Value normalization (MAPPO's "ValueNorm"): the critic predicts values in units of
 a running mean and standard deviation of the value targets. Those statistics
@@ -38,6 +47,7 @@ processes and ray runs stay identical. A restarted worker starts them afresh.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
@@ -176,10 +186,23 @@ def ppo_loss(
 
 
 def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero mean, unit (sample) standard deviation over the agents that acted; masked
+    slots keep their (meaningless) values: the loss weighs them by the mask."""
     valid = advantages if mask is None else advantages[mask > 0]
     if valid.numel() < 2:
         return advantages
     return (advantages - valid.mean()) / (valid.std() + 1e-8)
+
+
+ADVANTAGE_NORMS = ("auto", "minibatch", "batch", "none")
+
+
+def resolve_advantage_norm(setting: str, multiagent: bool) -> str:
+    """``auto``: per minibatch on single-agent tasks (CleanRL), per batch on multi-agent
+    ones (MAPPO, which normalizes over the whole buffer before its minibatches)."""
+    if setting != "auto":
+        return setting
+    return "batch" if multiagent else "minibatch"
 
 
 # --- single-agent rollouts -------------------------------------------------------------------
@@ -248,10 +271,16 @@ class PPOSettings:
     lr: float
     adam_eps: float
     value_norm: bool
-    normalize_advantages: bool
+    advantage_norm: str
+    """minibatch (in ``loss``), batch (when the batch is prepared) or none."""
+
+    @property
+    def batch_normalizes(self) -> bool:
+        """Whether ``prepare`` normalizes the advantages of the whole batch."""
+        return self.advantage_norm == "batch"
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> PPOSettings:
+    def from_config(cls, cfg: TrainConfig, multiagent: bool = False) -> PPOSettings:
         return cls(
             epochs=cfg.ppo_epochs,
             minibatches=cfg.ppo_minibatches,
@@ -263,12 +292,17 @@ class PPOSettings:
             lr=cfg.ppo_lr,
             adam_eps=cfg.adam_eps,
             value_norm=cfg.value_norm,
-            normalize_advantages=True,
+            advantage_norm=resolve_advantage_norm(cfg.ppo_advantage_norm, multiagent),
         )
 
     def loss(
         self, model: Any, batch: PPOBatch, old_from_current: bool = False
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        if self.advantage_norm == "minibatch":  # a new batch: the prepared one stays raw
+            advantages = normalize_advantages(batch.advantages, batch.mask)
+            if batch.mask is not None:
+                advantages = advantages * batch.mask
+            batch = dataclasses.replace(batch, advantages=advantages)
         logp, entropy, values = evaluate(model, batch)
         if old_from_current:  # one step at θ_old: the ratio is 1 by definition
             batch.old_logp, batch.old_values = logp.detach(), values.detach()
@@ -319,14 +353,14 @@ class PPOLoss:
     multi-agent task uses, and what each ``fedavg`` local step uses.
     """
 
-    def __init__(self, settings: PPOSettings, prepare: Prepare, normalize_adv: bool) -> None:
+    def __init__(self, settings: PPOSettings, prepare: Prepare) -> None:
         self.settings = settings
         self.prepare = prepare
-        self.normalize_adv = normalize_adv
         self.value_norm = ValueNorm() if settings.value_norm else None
 
     def __call__(self, model: Any, rollout: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        batch = self.prepare(model, rollout, self.value_norm, self.normalize_adv, False)
+        s = self.settings
+        batch = self.prepare(model, rollout, self.value_norm, s.batch_normalizes, False)
         return self.settings.loss(model, batch, old_from_current=True)
 
 
@@ -351,7 +385,7 @@ class LocalPPO:
             self.optimizer = torch.optim.Adam([self.param], lr=s.lr, eps=s.adam_eps)
         assert self.param is not None
         start = flat.flat.clone()
-        batch = self.prepare(model, rollout, self.value_norm, s.normalize_advantages, True)
+        batch = self.prepare(model, rollout, self.value_norm, s.batch_normalizes, True)
         window = _StatsWindow()
         for index in minibatches(len(batch), s.minibatches, s.epochs, generator):
             loss, stats = s.loss(model, batch.take(index))
@@ -405,7 +439,7 @@ class PPOLearner(Learner):
         s = self.settings
         self.flat.load(model.params)
         batch = self.prepare(
-            self.model, self.concat(step.batch), self.value_norm, s.normalize_advantages, True
+            self.model, self.concat(step.batch), self.value_norm, s.batch_normalizes, True
         )
         for index in minibatches(len(batch), s.minibatches, s.epochs, self.generator):
             self.flat.load(model.params)  # each step builds on the last one applied
@@ -438,7 +472,7 @@ def single_agent_prepare(cfg: TrainConfig) -> Prepare:
 
 
 def ppo_loss_fn(cfg: TrainConfig) -> PPOLoss:
-    return PPOLoss(PPOSettings.from_config(cfg), single_agent_prepare(cfg), True)
+    return PPOLoss(PPOSettings.from_config(cfg), single_agent_prepare(cfg))
 
 
 def ppo_local_update(cfg: TrainConfig) -> LocalPPO:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hybrid.core.update import Snapshot, Update
+from hybrid.fedopt import FEDOPT_RULES, FedOpt, initial_fedopt_state
 from hybrid.normalization import GlobalObsStats
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class GlobalModel:
         target_every: int = 0,
         momentum: float = 0.0,
         obs_norm_dim: int = 0,
+        server_beta1: float = 0.9,
+        server_beta2: float = 0.99,
     ) -> None:
         self.param = torch.nn.Parameter(params.detach().clone().float(), requires_grad=False)
         self.version = 0
@@ -67,12 +70,18 @@ class GlobalModel:
         self.max_grad_norm = max_grad_norm
         self.lr_schedule = lr_schedule
         self.optimizer = make_optimizer(
-            optimizer, [self.param], lr, adam_eps, rmsprop_alpha, momentum
+            optimizer,
+            [self.param],
+            lr,
+            adam_eps,
+            rmsprop_alpha,
+            momentum,
+            betas=(server_beta1, server_beta2),
         )
         # Observation statistics are server state like θ: merged from every worker's
         # updates, delivered in every snapshot, used by evaluation, saved in checkpoints.
         self.obs_stats = GlobalObsStats(obs_norm_dim) if obs_norm_dim > 0 else None
-        self.optimizer_name, self.momentum = optimizer, momentum
+        self.optimizer_name, self.momentum, self.adam_eps = optimizer, momentum, adam_eps
         self.shared: dict[str, torch.Tensor] | None = None
         """θ and the optimizer statistics, once moved into shared memory (``share_memory``)."""
         self.written_by_workers = False
@@ -136,14 +145,14 @@ class GlobalModel:
         Returns the tensors (``param`` and the optimizer's state) that another process
         hands to ``attach_shared`` to step this very model: Hogwild!'s shared θ and,
         as in the A3C paper, optimizer statistics shared by every worker. The
-        statistics are created now (zeros, as the optimizer would on its first step)
-        so that they exist before any worker starts.
+        statistics are created now (as the optimizer would on its first step: zeros, or
+        FedOpt's v = τ²) so that they exist before any worker starts.
         """
         if self.shared is None:
             state = self.optimizer.state[self.param]
             if not state:
                 name, momentum = self.optimizer_name, self.momentum
-                state.update(initial_optimizer_state(name, self.param, momentum))
+                state.update(initial_optimizer_state(name, self.param, momentum, self.adam_eps))
             for tensor in (self.param.data, *state.values()):
                 tensor.share_memory_()
             self.shared = {"param": self.param.data, **state}
@@ -198,6 +207,8 @@ def build_global_model(cfg: TrainConfig, params: torch.Tensor, obs_dim: int = 0)
         target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
         momentum=cfg.server_momentum,
         obs_norm_dim=obs_dim if cfg.normalize_obs else 0,
+        server_beta1=cfg.server_beta1,
+        server_beta2=cfg.server_beta2,
     )
 
 
@@ -213,9 +224,10 @@ def all_finite(tensor: torch.Tensor) -> bool:
 
 
 def initial_optimizer_state(
-    name: str, param: torch.Tensor, momentum: float = 0.0
+    name: str, param: torch.Tensor, momentum: float = 0.0, eps: float = 1e-5
 ) -> dict[str, torch.Tensor]:
-    """The state torch's optimizer would create on its first step, created up front."""
+    """The state the optimizer would create on its first step, created up front
+    (``eps`` is FedOpt's τ: its v starts at τ²)."""
     if name == "adam":
         return {
             "step": torch.tensor(0.0),
@@ -226,11 +238,18 @@ def initial_optimizer_state(
         return {"step": torch.tensor(0.0), "square_avg": torch.zeros_like(param)}
     if name == "sgd":  # a zero buffer gives the same first step as torch's clone of the gradient
         return {"momentum_buffer": torch.zeros_like(param)} if momentum else {}
-    raise ValueError(f"optimizer: unknown {name!r}; choose one of adam, rmsprop, sgd")
+    if name in FEDOPT_RULES:
+        return initial_fedopt_state(param, eps)
+    raise ValueError(f"optimizer: unknown {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
 def params_sha256(params: torch.Tensor) -> str:
     return hashlib.sha256(params.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+OPTIMIZERS = ("adam", "rmsprop", "sgd", *FEDOPT_RULES)
+"""Server optimizers: torch's Adam (bias-corrected), RMSProp and SGD, and Reddi et al.'s
+FedAdam, FedYogi and FedAdagrad (``hybrid.fedopt``)."""
 
 
 def make_optimizer(
@@ -240,7 +259,10 @@ def make_optimizer(
     eps: float,
     alpha: float,
     momentum: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.99),
 ) -> torch.optim.Optimizer:
+    """``eps`` is Adam's and RMSProp's ε and FedOpt's τ; ``betas`` are FedOpt's only (torch's
+    Adam keeps its own 0.9, 0.999)."""
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, eps=eps)
     if name == "rmsprop":
@@ -248,4 +270,6 @@ def make_optimizer(
     if name == "sgd":
         # momentum > 0 with the pseudo-gradients of fedavg and lr 1 is FedAvgM
         return torch.optim.SGD(params, lr=lr, momentum=momentum)
-    raise ValueError(f"optimizer: unknown {name!r}; choose one of adam, rmsprop, sgd")
+    if name in FEDOPT_RULES:
+        return FedOpt(params, FEDOPT_RULES[name], lr, beta1=betas[0], beta2=betas[1], tau=eps)
+    raise ValueError(f"optimizer: unknown {name!r}; choose one of {', '.join(OPTIMIZERS)}")

@@ -129,8 +129,9 @@ class Worker:
     def run_local_training(self, snapshot: Snapshot) -> Update:
         """A federated client's round: E local steps from θ_global, then Δ = θ_global − θ_local.
 
-        Each step is a rollout, the loss (+ FedProx's μ/2·‖θ − θ_global‖²), the gradient
-        clipped to max_grad_norm and a step of a local optimizer that is fresh every round.
+        Each step is a rollout, the gradient of the loss clipped to max_grad_norm, plus
+        FedProx's proximal gradient μ(θ − θ_global), and a step of a local optimizer that is
+        fresh every round.
         """
         started = time.perf_counter()
         cfg = self.cfg
@@ -141,7 +142,7 @@ class Worker:
         # Views of θ_global shaped like each parameter; the snapshot is shared, only read.
         chunks = snapshot.params.split([p.numel() for p in params])
         anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
-        # Not cfg.adam_eps: that is the server's (FedAdam's tau, often 1e-3 or more).
+        # Not cfg.adam_eps: that is the server's (FedOpt's tau, often 1e-3 or more).
         optimizer = make_optimizer(
             cfg.local_optimizer, params, cfg.local_lr, LOCAL_ADAM_EPS, cfg.rmsprop_alpha
         )
@@ -151,13 +152,11 @@ class Worker:
             rollout = self.runner.collect(self.model, cfg.rollout_steps, self.generator)
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
-            if cfg.prox_mu > 0:
-                drift = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
-                loss = loss + 0.5 * cfg.prox_mu * drift
-                stats["losses/prox_drift"] = float(drift.detach())
             loss.backward()
-            if cfg.max_grad_norm > 0:
+            if cfg.max_grad_norm > 0:  # bounds the RL loss's noisy gradient, not the pull home
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if cfg.prox_mu > 0:
+                stats["losses/prox_drift"] = self.add_proximal_gradient(params, anchor)
             optimizer.step()
             env_steps += rollout.env_steps
             returns += rollout.episode_returns
@@ -181,6 +180,29 @@ class Worker:
         )
         self.tasks_done += 1
         return update
+
+    def add_proximal_gradient(
+        self, params: list[torch.nn.Parameter], anchor: list[torch.Tensor]
+    ) -> float:
+        """Add FedProx's μ(θ − θ_global), the gradient of μ/2·‖θ − θ_global‖², to each
+        parameter's (clipped) loss gradient; returns ‖θ − θ_global‖².
+
+        With ``--local-optimizer sgd`` the step is then Li et al. 2020's exactly:
+        θ ← θ − η(∇F_k(θ) + μ(θ − θ_global)), with ∇F_k the clipped RL gradient. With
+        ``adam`` the same sum is Adam's gradient, so the pull is rescaled per coordinate by
+        Adam's statistics: the same proximal objective, minimized by another local solver
+        (FedProx allows any), not the paper's step.
+        """
+        mu = self.cfg.prox_mu
+        drift = 0.0
+        with torch.no_grad():
+            for param, global_param in zip(params, anchor, strict=True):
+                difference = param - global_param
+                if param.grad is None:  # a parameter the loss does not reach
+                    param.grad = torch.zeros_like(param)
+                param.grad.add_(difference, alpha=mu)
+                drift += float((difference * difference).sum())
+        return drift
 
     def load_extras(self, extras: dict[str, torch.Tensor]) -> None:
         """Server state besides θ: observation statistics for the runner, the rest (e.g. a

@@ -1,11 +1,13 @@
-"""``fedavg``: federated averaging in rounds (FedAvg, FedProx, FedAvgM, FedAdam).
+"""``fedavg``: federated averaging in rounds (FedAvg, FedProx, FedAvgM, FedOpt).
 
 Each round samples m = max(1, floor(C·K)) of the K clients among those idle and
 available (a seeded draw), lets the sampled ones that do not drop out run E local
 steps from the round's θ, and combines their Δ = θ_global − θ_local into the
 sample-weighted mean (McMahan et al. 2017). The server's optimizer applies that
-mean as a pseudo-gradient: SGD with lr 1 is FedAvg, with momentum FedAvgM, Adam
-FedAdam (Reddi et al. 2021). FedProx's μ lives in the client's loss (the worker).
+mean as a pseudo-gradient: SGD with lr 1 is FedAvg, with momentum FedAvgM, and
+``fedadam`` / ``fedyogi`` / ``fedadagrad`` (``hybrid.fedopt``) are FedOpt (Reddi et al.
+2021); torch's ``adam`` is not FedAdam (bias correction, v₀ = 0). FedProx's μ lives in
+the client's loss (the worker).
 
 Stragglers: with a deadline, a Δ whose task ran longer than ``deadline_s`` is late.
 The serial runtime hands it over at the deadline, so the round closes then; the
