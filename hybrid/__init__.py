@@ -11,13 +11,40 @@ from hybrid.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
     from hybrid.core.loop import Result, train
-    from hybrid.schedulers import Scheduler, Verdict, register_scheduler
+    from hybrid.protocol import (
+        CollectExperience,
+        ComputeGradient,
+        Payload,
+        Snapshot,
+        Step,
+        TrainLocally,
+        Update,
+        Verdict,
+    )
+    from hybrid.schedulers import Scheduler, register_scheduler
 
+_PROTOCOL = (
+    "CollectExperience",
+    "ComputeGradient",
+    "Payload",
+    "Snapshot",
+    "Step",
+    "TrainLocally",
+    "Update",
+    "Verdict",
+)
 __all__ = [
+    "CollectExperience",
+    "ComputeGradient",
     "ConfigError",
+    "Payload",
     "Result",
     "Scheduler",
+    "Snapshot",
+    "Step",
     "TrainConfig",
+    "TrainLocally",
+    "Update",
     "Verdict",
     "register_scheduler",
     "train",
@@ -31,12 +58,12 @@ def __getattr__(name: str) -> Any:
         from hybrid.core import loop
 
         return getattr(loop, name)
-    if name in ("Scheduler", "Verdict", "register_scheduler"):
+    if name in ("Scheduler", "register_scheduler"):
         from hybrid import schedulers
 
         return getattr(schedulers, name)
-    if name in ("Step", "Update", "Snapshot"):  # what a scheduler of your own handles
-        from hybrid.core import global_model, update
+    if name in _PROTOCOL:  # what a scheduler of your own handles
+        from hybrid import protocol
 
-        return getattr(update if name != "Step" else global_model, name)
+        return getattr(protocol, name)
     raise AttributeError(f"module 'hybrid' has no attribute {name!r}")

@@ -153,6 +153,7 @@ def load_latest(run_dir: Path) -> tuple[Path, dict[str, Any]]:
 def update_to_state(update: Any) -> dict[str, Any]:
     """An ``Update`` (any payload: tensor, bytes, Rollout, transitions) as plain data."""
     state = {f.name: getattr(update, f.name) for f in dataclasses.fields(update)}
+    state["kind"] = str(state["kind"].value if hasattr(state["kind"], "value") else state["kind"])
     payload = update.payload
     if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
         state["payload"] = {
@@ -164,9 +165,10 @@ def update_to_state(update: Any) -> dict[str, Any]:
 
 def update_from_state(state: dict[str, Any]) -> Any:
     from hybrid.algorithms.rollout import Rollout
-    from hybrid.core.update import Update
+    from hybrid.protocol import Payload, Update
 
     values = from_plain(state)
+    values["kind"] = Payload(values["kind"])
     payload = values["payload"]
     if isinstance(payload, dict) and payload.get("__dataclass__") == "Rollout":
         values["payload"] = Rollout(**payload["fields"])

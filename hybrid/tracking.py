@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hybrid.config import TrainConfig
-from hybrid.core.update import Update
-from hybrid.schedulers.base import Verdict
+from hybrid.protocol import Update, Verdict
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hybrid.config import TrainConfig
-from hybrid.core.update import Update
+from hybrid.protocol import Update
 
 # Tests never reach the network.
 os.environ.setdefault("WANDB_MODE", "offline")

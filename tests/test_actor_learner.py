@@ -12,12 +12,13 @@ from hybrid import ConfigError, TrainConfig
 from hybrid.algorithms.nstep_q import apex_epsilon, nstep_transitions
 from hybrid.algorithms.rollout import Rollout, concat_rollouts
 from hybrid.nets import QNetwork
+from hybrid.protocol import CollectExperience
 from hybrid.schedulers import ActorLearner, Verdict
 
 
 def test_actor_learner_batches_and_drops_lagging_trajectories():
     s = ActorLearner(workers=3, batch_size=2, max_policy_lag=4)
-    assert s.payload_kind == "trajectory"
+    assert s.task_kind is CollectExperience  # actors send trajectories
     assert s.ready([0, 2], version=9) == [0, 2]  # actors never wait
     assert s.admit(make_update(0, 0, [0.0]), staleness=5) is Verdict.DROP
     assert s.admit(make_update(1, 3, [0.0]), staleness=4) is Verdict.BUFFER

@@ -20,12 +20,12 @@ import hybrid
 from hybrid.checkpoint import list_checkpoints
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel
-from hybrid.core.update import Snapshot
 from hybrid.core.worker import Worker
 from hybrid.defaults import ENV_DEFAULTS, apply_env_defaults
 from hybrid.envs import describe, make_env, make_vector_env, parse_wrappers, register_env
 from hybrid.nets import ActorCritic, NatureCNN
 from hybrid.normalization import RewardScaler, RunningMeanStd
+from hybrid.protocol import Snapshot
 
 
 def _small(tmp_path, env: str, **changes) -> TrainConfig:

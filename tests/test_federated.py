@@ -32,10 +32,10 @@ from federated.evaluation import client_returns, fairness
 from hybrid.cli import parse_train_args
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step
-from hybrid.core.loop import initial_params
-from hybrid.core.update import Snapshot
+from hybrid.core.loop import initial_params, make_task
 from hybrid.core.worker import Worker
 from hybrid.envs import describe
+from hybrid.protocol import Snapshot, TrainLocally
 from hybrid.schedulers import SCHEDULERS, FedAvg, Verdict
 
 
@@ -53,7 +53,7 @@ def report_all(s: FedAvg, survivors: list[int], values: dict[int, list[float]], 
 
 def test_fedavg_is_registered_beside_the_others():
     assert "fedavg" in SCHEDULERS
-    assert FedAvg.payload_kind == "delta"
+    assert FedAvg.task_kind is TrainLocally  # workers send Δ
 
 
 def test_combine_is_the_sample_weighted_mean_of_the_deltas():
@@ -341,7 +341,7 @@ def test_a_client_worker_runs_its_own_variant():
 
 def _local_delta(cfg: TrainConfig, theta: torch.Tensor) -> torch.Tensor:
     worker = Worker(0, cfg, describe(cfg.env))
-    update = worker.run_local_training(Snapshot(theta.clone(), 7, task="delta"))
+    update = worker.run_task(Snapshot(theta.clone(), 7, task=make_task(TrainLocally, cfg)))
     assert update.kind == "delta" and update.base_version == 7
     assert update.env_steps == cfg.local_steps * cfg.rollout_steps * cfg.envs_per_worker
     assert ("losses/prox_drift" in update.stats) == (cfg.prox_mu > 0)
@@ -595,7 +595,7 @@ def test_on_demand_clients_hold_no_worker_between_tasks(monkeypatch):
     runtime = SerialRuntime(cfg, describe(cfg.env))
     theta = initial_params(cfg, describe(cfg.env))
     for client in range(0, 200, 10):
-        runtime.dispatch(client, Snapshot(theta, 0, task="delta"))
+        runtime.dispatch(client, Snapshot(theta, 0, task=make_task(TrainLocally, cfg)))
     gc.collect()
     assert built == list(range(0, 200, 10))  # one build per task, none up front
     assert len(alive) == 0 and runtime.workers == []

@@ -19,9 +19,9 @@ from pettingzoo.test import parallel_api_test
 import hybrid
 from hybrid.algorithms.ppo import ValueNorm
 from hybrid.config import ConfigError, TrainConfig
-from hybrid.core.update import Snapshot
 from hybrid.core.worker import Worker
 from hybrid.envs import describe, is_multiagent_id
+from hybrid.protocol import Snapshot
 from multiagent.mappo import build_model, prepare_multiagent
 from multiagent.pettingzoo import (
     PettingZooVectorEnv,

@@ -10,9 +10,9 @@ from hybrid.algorithms import ppo as ppo_module
 from hybrid.algorithms.ppo import PPOBatch, ValueNorm, minibatches, ppo_loss
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.loop import initial_params
-from hybrid.core.update import Snapshot
 from hybrid.core.worker import Worker
 from hybrid.envs import describe
+from hybrid.protocol import Snapshot
 
 
 def _batch(old_logp, adv, **kw) -> PPOBatch:

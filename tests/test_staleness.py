@@ -24,6 +24,7 @@ from hybrid.config import TrainConfig
 from hybrid.core.global_model import build_global_model
 from hybrid.core.loop import initial_params, staleness
 from hybrid.envs import describe
+from hybrid.protocol import ComputeGradient
 from hybrid.runtimes.processes import _worker_main
 
 # --- the rule ----------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def test_hogwild_workers_measure_tau_on_the_shared_apply_counter(tmp_path, monke
             pids.append(pid)
         gate = {w: tmp_path / f"{pids[w]}.closed" for w in range(2)}
         waiting = {w: tmp_path / f"{pids[w]}.waiting" for w in range(2)}
-        task = ("task", "gradient", None, 0.0)
+        task = ("task", ComputeGradient(), None, 0.0)
 
         def claim(worker: int, following=None) -> int:
             conns[worker].send(("claim", 0.0, following))
@@ -156,13 +157,18 @@ def test_hogwild_workers_measure_tau_on_the_shared_apply_counter(tmp_path, monke
             assert kind == "result"
             return record["staleness"]
 
-        for w in range(2):  # both read θ, then wait at their env's gate
-            gate[w].touch()
-            conns[w].send(task)
-            _wait_for(waiting[w])
-            gate[w].unlink()
-        taus = [claim(0), claim(1, following=task)]
-        conns[0].send(task)
+        def start(worker: int) -> None:
+            """Send a task and return once the worker has read θ for it."""
+            waiting[worker].unlink(missing_ok=True)
+            gate[worker].touch()
+            conns[worker].send(task)
+            _wait_for(waiting[worker])
+            gate[worker].unlink()
+
+        start(0)
+        start(1)
+        taus = [claim(0), claim(1, following=task)]  # B's next task reads at once: 2 applied
+        start(0)
         taus += [claim(1), claim(0)]
         assert taus == [0, 1, 0, 1]
         assert applied.tolist() == [2, 2]

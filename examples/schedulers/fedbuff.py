@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hybrid import Scheduler, Step
+from hybrid import Scheduler, Step, TrainLocally
 
 
 @dataclass
@@ -44,7 +44,7 @@ class FedBuffSettings:
 
 class FedBuff(Scheduler):
     Settings = FedBuffSettings
-    payload_kind = "delta"  # clients train locally (local_steps) and send Δ
+    task_kind = TrainLocally  # clients train locally (local_steps steps) and send Δ
 
     def __init__(self, workers: int, settings: FedBuffSettings) -> None:
         super().__init__(workers)

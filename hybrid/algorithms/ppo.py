@@ -11,7 +11,7 @@ per batch of experience:
 
 - ``sync`` / ``async`` / ``bounded`` (payload: a direction). The worker runs
   ``ppo_epochs × ppo_minibatches`` steps of its own local Adam on its rollout
-  and sends the pseudo-gradient Δ = θ_snapshot − θ_local (``kind="delta"``),
+  and sends the pseudo-gradient Δ = θ_snapshot − θ_local (``Payload.DELTA``),
   which the loop applies through the server optimizer like any direction. With
   ``--optimizer sgd --lr 1`` the server applies Δ as it is: one worker then
   takes CleanRL's PPO update on its rollout (clipped surrogate and value loss,
@@ -59,9 +59,10 @@ from torch import nn
 from hybrid.algorithms.a2c import gae
 from hybrid.algorithms.rollout import Rollout, concat_rollouts
 from hybrid.config import TrainConfig
-from hybrid.core.global_model import GlobalModel, Step
+from hybrid.core.global_model import GlobalModel
 from hybrid.core.learner import Learner
 from hybrid.nets import FlatParams
+from hybrid.protocol import Step
 
 
 class ValueNorm:

@@ -4,37 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hybrid.core.update import Snapshot, Update
 from hybrid.fedopt import FEDOPT_RULES, FedOpt, initial_fedopt_state
 from hybrid.normalization import GlobalObsStats
+from hybrid.protocol import Snapshot, Step, Task, Update
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig
-
-
-@dataclass
-class Step:
-    """What a scheduler hands on: a direction to descend (a combined gradient or
-    pseudo-gradient) and its step-size scale, or a batch of trajectories that a
-    learner turns into directions."""
-
-    direction: torch.Tensor | None = None
-    lr_scale: float = 1.0
-    batch: list[Any] | None = None
-    """Trajectory payloads (actor-learner schedulers); ``direction`` is then None."""
-    lags: list[int] | None = None
-    """Policy lag of each trajectory in ``batch``, in versions."""
-    clip: bool = True
-    """Clip ``direction`` to ``max_grad_norm``. False for a model difference (fedavg's Δ):
-    a gradient-norm bound would cap how far a round may move; clients clip their gradients."""
-    updates: list[Update] = field(default_factory=list)
-    """The updates combined into this step: the loop measures their staleness when it
-    applies the step (one definition for every scheduler and runtime)."""
 
 
 class GlobalModel:
@@ -92,7 +71,7 @@ class GlobalModel:
     def params(self) -> torch.Tensor:
         return self.param.data
 
-    def snapshot(self, task: str = "gradient", progress: float = 0.0) -> Snapshot:
+    def snapshot(self, task: Task, progress: float = 0.0) -> Snapshot:
         extras = {"target": self.target.clone()} if self.target is not None else {}
         if self.obs_stats is not None:
             extras.update(self.obs_stats.extras())

@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 from hybrid.algorithms.rollout import Rollout, concat_rollouts
-from hybrid.core.global_model import GlobalModel, Step
+from hybrid.core.global_model import GlobalModel
 from hybrid.nets import FlatParams
+from hybrid.protocol import Step
 from hybrid.replay import PrioritizedReplay, UniformReplay, beta_schedule
 
 

@@ -30,12 +30,12 @@ from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, all_finite, build_global_model, params_sha256
 from hybrid.core.learner import Learner
-from hybrid.core.update import Update
 from hybrid.core.worker import build_model
 from hybrid.defaults import apply_env_defaults, apply_runtime_defaults
 from hybrid.envs import EnvInfo, describe
 from hybrid.evaluation import Evaluator
 from hybrid.nets import FlatParams
+from hybrid.protocol import CollectExperience, Payload, Task, TrainLocally, Update
 from hybrid.runtimes import Runtime, make_runtime
 from hybrid.schedulers import (
     Scheduler,
@@ -156,7 +156,7 @@ class Receiver:
 
     def receive(self, update: Update) -> str | None:
         """Decode ``update.payload`` in place; returns why it was rejected, or None."""
-        if update.kind == "trajectory":
+        if update.kind == Payload.TRAJECTORY:
             return None  # experience, not a direction: the learner checks what it learns
         if isinstance(update.payload, bytes | bytearray | memoryview):
             try:
@@ -233,6 +233,7 @@ class Training:
         self.evaluator = evaluator
         self.tracker = tracker
         self.threshold = threshold
+        self.task = make_task(scheduler.task_kind, cfg)
         self.receiver = Receiver(cfg, global_model.params.numel())
         self.state = LoopState(
             RunStats(), cfg.log_every, cfg.eval_every, cfg.checkpoint_every or 2**62
@@ -286,7 +287,7 @@ class Training:
             if starting:
                 # shared by all tasks started together
                 snapshot = global_model.snapshot(
-                    task=scheduler.payload_kind, progress=stats.env_steps / cfg.total_env_steps
+                    task=self.task, progress=stats.env_steps / cfg.total_env_steps
                 )
                 for worker_id in starting:
                     runtime.dispatch(worker_id, snapshot)
@@ -491,8 +492,21 @@ def _resume_config(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     return stored_cfg, state
 
 
-def make_learner(cfg: TrainConfig, info: EnvInfo, payload_kind: str) -> Learner:
-    if payload_kind == "trajectory":
+def make_task(kind: type[Task], cfg: TrainConfig) -> Task:
+    """The task a scheduler's ``task_kind`` asks for, with its settings from the config."""
+    if kind is TrainLocally:
+        return TrainLocally(
+            steps=cfg.local_steps,
+            optimizer=cfg.local_optimizer,
+            lr=cfg.local_lr,
+            prox_mu=cfg.prox_mu,
+            deadline_s=cfg.round_deadline_s,
+        )
+    return kind(deadline_s=cfg.round_deadline_s)
+
+
+def make_learner(cfg: TrainConfig, info: EnvInfo, task_kind: type[Task]) -> Learner:
+    if task_kind is CollectExperience:
         return ALGORITHMS[cfg.algo].learner(cfg, info)
     return Learner()
 
@@ -554,7 +568,7 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_dim)
     scheduler = make_scheduler(cfg)
     scheduler.bind(global_model, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
-    learner = make_learner(cfg, info, scheduler.payload_kind)
+    learner = make_learner(cfg, info, scheduler.task_kind)
     runtime = make_runtime(cfg, info, global_model, scheduler)
     evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -14,11 +14,11 @@ from hybrid.algorithms.rollout import make_runner
 from hybrid.codecs import make_codec
 from hybrid.config import TrainConfig
 from hybrid.core.global_model import make_optimizer
-from hybrid.core.update import Snapshot, Update
 from hybrid.env_state import load_vector_env_state, vector_env_state
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
 from hybrid.normalization import OBS_MEAN, OBS_VAR, ObsNormalizer, RewardScaler
+from hybrid.protocol import CollectExperience, Payload, Snapshot, TrainLocally, Update
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
 
 CODEC_STREAM = 7  # spawn-key slot of a worker's codec randomness
@@ -81,13 +81,15 @@ class Worker:
         self.tasks_done = 0
 
     def run_task(self, snapshot: Snapshot) -> Update:
-        if snapshot.task == "delta":
-            return self.run_local_training(snapshot)
+        """Do what ``snapshot.task`` asks: compute a direction, act for a learner, or train
+        locally."""
+        if isinstance(snapshot.task, TrainLocally):
+            return self.run_local_training(snapshot, snapshot.task)
         started = time.perf_counter()
         self.flat.load(snapshot.params)
         if snapshot.extras:
             self.load_extras(snapshot.extras)
-        acting = snapshot.task == "trajectory"
+        acting = isinstance(snapshot.task, CollectExperience)
         rollout = self.runner.collect(
             self.model,
             self.cfg.rollout_steps,
@@ -95,15 +97,16 @@ class Worker:
             record_logp=acting and self.algorithm.records_behaviour_logp,
         )
         stats: dict[str, float] = {}
-        kind = snapshot.task
+        kind = Payload.GRADIENT
         if acting:
             payload: Any = self.actor_payload(self.model, rollout)
             nbytes = payload_nbytes(payload)
+            kind = Payload.TRAJECTORY
         elif self.local_update is not None:
             # PPO's epochs run on the worker; what travels is the pseudo-gradient Δ.
             delta, stats = self.local_update(self.model, self.flat, rollout, self.generator)
             payload, nbytes = self.encode(delta)
-            kind = "delta"
+            kind = Payload.DELTA
         else:
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
@@ -126,7 +129,7 @@ class Worker:
         self.tasks_done += 1
         return update
 
-    def run_local_training(self, snapshot: Snapshot) -> Update:
+    def run_local_training(self, snapshot: Snapshot, task: TrainLocally) -> Update:
         """A federated client's round: E local steps from θ_global, then Δ = θ_global − θ_local.
 
         Each step is a rollout, the gradient of the loss clipped to max_grad_norm, plus
@@ -144,19 +147,19 @@ class Worker:
         anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
         # Not cfg.adam_eps: that is the server's (FedOpt's tau, often 1e-3 or more).
         optimizer = make_optimizer(
-            cfg.local_optimizer, params, cfg.local_lr, LOCAL_ADAM_EPS, cfg.rmsprop_alpha
+            task.optimizer, params, task.lr, LOCAL_ADAM_EPS, cfg.rmsprop_alpha
         )
         env_steps, returns, lengths = 0, [], []
         totals: dict[str, float] = {}
-        for _ in range(cfg.local_steps):
+        for _ in range(task.steps):
             rollout = self.runner.collect(self.model, cfg.rollout_steps, self.generator)
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
             loss.backward()
             if cfg.max_grad_norm > 0:  # bounds the RL loss's noisy gradient, not the pull home
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            if cfg.prox_mu > 0:
-                stats["losses/prox_drift"] = self.add_proximal_gradient(params, anchor)
+            if task.prox_mu > 0:
+                stats["losses/prox_drift"] = add_proximal_gradient(params, anchor, task.prox_mu)
             optimizer.step()
             env_steps += rollout.env_steps
             returns += rollout.episode_returns
@@ -168,11 +171,11 @@ class Worker:
             worker_id=self.worker_id,
             base_version=snapshot.version,
             payload=payload,
-            kind="delta",
+            kind=Payload.DELTA,
             env_steps=env_steps,
             episode_returns=returns,
             episode_lengths=lengths,
-            stats={name: total / cfg.local_steps for name, total in totals.items()},
+            stats={name: total / task.steps for name, total in totals.items()},
             nbytes=nbytes,
             cost_s=time.perf_counter() - started,
             task_index=self.tasks_done,
@@ -180,29 +183,6 @@ class Worker:
         )
         self.tasks_done += 1
         return update
-
-    def add_proximal_gradient(
-        self, params: list[torch.nn.Parameter], anchor: list[torch.Tensor]
-    ) -> float:
-        """Add FedProx's μ(θ − θ_global), the gradient of μ/2·‖θ − θ_global‖², to each
-        parameter's (clipped) loss gradient; returns ‖θ − θ_global‖².
-
-        With ``--local-optimizer sgd`` the step is then Li et al. 2020's exactly:
-        θ ← θ − η(∇F_k(θ) + μ(θ − θ_global)), with ∇F_k the clipped RL gradient. With
-        ``adam`` the same sum is Adam's gradient, so the pull is rescaled per coordinate by
-        Adam's statistics: the same proximal objective, minimized by another local solver
-        (FedProx allows any), not the paper's step.
-        """
-        mu = self.cfg.prox_mu
-        drift = 0.0
-        with torch.no_grad():
-            for param, global_param in zip(params, anchor, strict=True):
-                difference = param - global_param
-                if param.grad is None:  # a parameter the loss does not reach
-                    param.grad = torch.zeros_like(param)
-                param.grad.add_(difference, alpha=mu)
-                drift += float((difference * difference).sum())
-        return drift
 
     def load_extras(self, extras: dict[str, torch.Tensor]) -> None:
         """Server state besides θ: observation statistics for the runner, the rest (e.g. a
@@ -265,6 +245,29 @@ class Worker:
 
     def close(self) -> None:
         self.runner.close()
+
+
+def add_proximal_gradient(
+    params: list[torch.nn.Parameter], anchor: list[torch.Tensor], mu: float
+) -> float:
+    """Add FedProx's μ(θ − θ_global), the gradient of μ/2·‖θ − θ_global‖², to each
+    parameter's (clipped) loss gradient; returns ‖θ − θ_global‖².
+
+    With ``--local-optimizer sgd`` the step is then Li et al. 2020's exactly:
+    θ ← θ − η(∇F_k(θ) + μ(θ − θ_global)), with ∇F_k the clipped RL gradient. With
+    ``adam`` the same sum is Adam's gradient, so the pull is rescaled per coordinate by
+    Adam's statistics: the same proximal objective, minimized by another local solver
+    (FedProx allows any), not the paper's step.
+    """
+    drift = 0.0
+    with torch.no_grad():
+        for param, global_param in zip(params, anchor, strict=True):
+            difference = param - global_param
+            if param.grad is None:  # a parameter the loss does not reach
+                param.grad = torch.zeros_like(param)
+            param.grad.add_(difference, alpha=mu)
+            drift += float((difference * difference).sum())
+    return drift
 
 
 def payload_nbytes(payload: Any) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from hybrid.core.update import Snapshot, Update
+from hybrid.protocol import Snapshot, Update
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig

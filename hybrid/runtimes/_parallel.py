@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid.core.update import Snapshot, Update
 from hybrid.core.worker import Worker
+from hybrid.protocol import Snapshot, Update
 from hybrid.seeding import FAULTS, stream
 
 log = logging.getLogger("hybrid.runtimes")

@@ -123,11 +123,11 @@ import torch
 import torch.multiprocessing as mp
 
 from hybrid.config import TrainConfig
-from hybrid.core.global_model import GlobalModel, Step, all_finite, build_global_model
-from hybrid.core.update import Snapshot, Update
+from hybrid.core.global_model import GlobalModel, all_finite, build_global_model
 from hybrid.core.worker import Worker, build_model
 from hybrid.envs import EnvInfo
 from hybrid.nets import FlatParams
+from hybrid.protocol import ComputeGradient, Payload, Snapshot, Step, Task, Update
 from hybrid.runtimes._parallel import (
     FaultCounters,
     FaultInjector,
@@ -247,7 +247,7 @@ def _worker_main(
                     and not meta_np[HALT]  # the loop has ended: θ must stay as it left it
                 ):
                     record["staleness"] = int(applied_np.sum()) - read_at
-                    hogwild.apply(Step(payload, clip=update.kind != "delta"), progress)
+                    hogwild.apply(Step(payload, clip=update.kind != Payload.DELTA), progress)
                     applied_np[worker_id] += 1
             if record["in_slot"]:  # a gradient or Δ: the common case, through shared memory
                 grads[worker_id].copy_(payload)
@@ -292,8 +292,8 @@ class _Slot:
     update only once its claim arrives, so nothing the loop did not count reaches θ)."""
     failures: int = 0
     """Unexpected failures since the last finished task."""
-    task: tuple[str, Any, float] = ("gradient", None, 0.0)
-    """The task to (re-)run: its kind, the snapshot's packed extras and the run's progress."""
+    task: tuple[Task, Any, float] = (ComputeGradient(), None, 0.0)
+    """The task to (re-)run: what to do, the snapshot's packed extras and the run's progress."""
     killed_on_purpose: bool = False
     last_error: str = ""
 

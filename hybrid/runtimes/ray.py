@@ -70,9 +70,9 @@ import torch
 
 from federated.clients import population
 from hybrid.config import TrainConfig
-from hybrid.core.update import Snapshot, Update
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
+from hybrid.protocol import ComputeGradient, Snapshot, Task, Update
 from hybrid.runtimes._parallel import (
     FaultCounters,
     FaultInjector,
@@ -143,13 +143,14 @@ class ActorWorker:
                 return  # the driver has gone: nobody is left to report to
 
     def run(
-        self, params: np.ndarray, version: int, task: str = "gradient", extras: Any = None
+        self, params: np.ndarray, version: int, task: Task | None = None, extras: Any = None
     ) -> dict[str, Any]:
         started_at = time.time()  # wall clock: roughly comparable across the nodes
         if self.cfg.clients is not None:
             # An edge client keeps no env or model between rounds, as on the serial runtime.
             self.worker.close()
             self.worker = Worker(self.worker_id, self.cfg, self.info, max(version, 0))
+        task = task if task is not None else ComputeGradient()
         snapshot = Snapshot(payload_tensor(params), version, extras=unpack(extras or {}), task=task)
         update = self.worker.run_task(snapshot)
         record = update_record(update)

@@ -18,9 +18,9 @@ import numpy as np
 from federated.clients import ClientCostModel, population
 from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.config import TrainConfig
-from hybrid.core.update import Snapshot, Update
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
+from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.seeding import CLOCK, stream
 
 SPEEDS, JITTER = range(2)
@@ -73,7 +73,6 @@ class SerialRuntime:
         self.workers = [] if self.on_demand else [Worker(w, cfg, info) for w in range(cfg.workers)]
         self.cost = CostModel(cfg)
         self.client_cost = ClientCostModel(cfg) if self.on_demand else None
-        self.deadline_s = cfg.round_deadline_s
         self.clock = 0.0
         self.busy = [False] * population(cfg)
         self.busy_until: dict[int, float] = {}
@@ -103,7 +102,8 @@ class SerialRuntime:
         else:
             update = self.workers[worker_id].run_task(snapshot)
         started = time.perf_counter()
-        updates = self.cfg.local_steps if snapshot.task == "delta" else 1
+        task = snapshot.task
+        updates = task.steps if isinstance(task, TrainLocally) else 1
         if self.client_cost is not None:
             theta_nbytes = snapshot.params.numel() * snapshot.params.element_size()
             compute_s, update.upload_s = self.client_cost.duration(
@@ -116,11 +116,13 @@ class SerialRuntime:
         update.started_s = self.clock
         update.cost_s = compute_s + update.upload_s
         arrival = self.clock + update.cost_s
-        if self.deadline_s and update.cost_s > self.deadline_s:
+        # A task's deadline, whatever the scheduler that set it.
+        deadline_s = task.deadline_s
+        if deadline_s and update.cost_s > deadline_s:
             # The server stops waiting at the deadline and learns then that the task is late
             # (the scheduler sees cost_s > deadline); the device works on until it finishes.
             self.busy_until[worker_id] = arrival
-            arrival = self.clock + self.deadline_s
+            arrival = self.clock + deadline_s
         heapq.heappush(self._queue, (arrival, self._sequence, update))
         self._sequence += 1
         self.busy[worker_id] = True

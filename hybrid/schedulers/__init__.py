@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybrid.config import ConfigError
+from hybrid.protocol import TASK_KINDS
 from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
@@ -166,10 +167,11 @@ def make_scheduler(cfg: TrainConfig) -> Scheduler:
 def _check_class(name: str, cls: object) -> None:
     if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
         raise ConfigError(f"scheduler: {name!r} is not a subclass of hybrid.Scheduler")
-    if cls.payload_kind not in ("gradient", "delta", "trajectory"):
+    if cls.task_kind not in TASK_KINDS:
+        kinds = ", ".join(kind.__name__ for kind in TASK_KINDS)
         raise ConfigError(
-            f"scheduler: {cls.__name__}.payload_kind is {cls.payload_kind!r}; "
-            "choose gradient, delta or trajectory"
+            f"scheduler: {cls.__name__}.task_kind is {cls.task_kind!r}; choose one of {kinds} "
+            "(hybrid.protocol)"
         )
     if cls.Settings is not None and not dataclasses.is_dataclass(cls.Settings):
         raise ConfigError(f"scheduler: {cls.__name__}.Settings must be a dataclass")

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hybrid.core.global_model import Step
-from hybrid.core.update import Update
+from hybrid.protocol import CollectExperience, Step, Update
 from hybrid.schedulers.base import Scheduler, Verdict
 
 
 class ActorLearner(Scheduler):
-    payload_kind = "trajectory"
+    task_kind = CollectExperience
     staleness_unit = "learner steps"
 
     def __init__(self, workers: int, batch_size: int, max_policy_lag: int) -> None:

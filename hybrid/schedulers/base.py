@@ -15,8 +15,9 @@ Writing your own (the contract; ``hybrid.register_scheduler`` or
   the constructor is then ``__init__(self, workers, settings)``, and the values come
   from ``TrainConfig.scheduler_args`` (Python, ``--scheduler-arg key=value``, sweep
   YAML), type-checked against the dataclass;
-- say what workers send (``payload_kind``: ``gradient``, ``delta`` for local training
-  of ``local_steps`` steps, or ``trajectory`` for a learner), whether every update is
+- say what workers do (``task_kind``: ``ComputeGradient``, ``TrainLocally`` for local
+  training of ``local_steps`` steps sending Δ, or ``CollectExperience`` for a learner,
+  from ``hybrid.protocol``), whether every update is
   applied alone on arrival (``applies_alone``: then the processes runtime may let
   workers apply it themselves, Hogwild!) and the unit of staleness;
 - you may read the global parameters through ``self.model`` (``params``, ``version``;
@@ -28,7 +29,6 @@ Writing your own (the contract; ``hybrid.register_scheduler`` or
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
@@ -36,16 +36,18 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import torch
 
-from hybrid.core.global_model import Step
-from hybrid.core.update import Update
+from hybrid.protocol import (
+    TASK_KINDS,
+    CollectExperience,
+    ComputeGradient,
+    Payload,
+    Step,
+    Task,
+    TrainLocally,
+    Update,
+    Verdict,
+)
 from hybrid.schedulers.aggregate import weighted_mean
-
-
-class Verdict(enum.Enum):
-    BUFFER = "buffer"
-    """Kept until the next ``combine``."""
-    DROP = "drop"
-    """Discarded (counted as ``sched/dropped``)."""
 
 
 class ModelView(Protocol):
@@ -65,8 +67,10 @@ class Scheduler(ABC):
     """The global model, read-only (``bind``): for rules that need θ, e.g. delay compensation."""
     rng: np.random.Generator
     """The scheduler's own random stream (``bind``), e.g. to sample clients."""
-    payload_kind: ClassVar[str] = "gradient"
-    """What workers must send: ``gradient`` (or ``delta`` / ``trajectory`` for later schedulers)."""
+    task_kind: ClassVar[type[Task]] = ComputeGradient
+    """What workers are asked to do: ``ComputeGradient``, ``TrainLocally`` (``local_steps``
+    steps, sending Δ) or ``CollectExperience`` (for a learner). The loop fills in the
+    task's settings from the run's config."""
     staleness_unit: ClassVar[str] = "updates"
     """What one unit of staleness τ is under this scheduler: one step applied to θ (an
     update under async / bounded, a round's combined step under sync and fedavg, a learner
@@ -121,7 +125,7 @@ class Scheduler(ABC):
             direction = weighted_mean([u.payload for u in updates], [u.weight for u in updates])
         # A model difference (fedavg's or PPO's Δ) is not a gradient: bounding its norm by
         # max_grad_norm would cap how far one round may move. Workers clip their own gradients.
-        return Step(direction, clip=any(u.kind != "delta" for u in updates), updates=updates)
+        return Step(direction, clip=any(u.kind != Payload.DELTA for u in updates), updates=updates)
 
     def metrics(self) -> dict[str, float]:
         """Cumulative counters (``sched/...``) for the training rows and the summary."""
@@ -132,3 +136,16 @@ class Scheduler(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+__all__ = [
+    "TASK_KINDS",
+    "CollectExperience",
+    "ComputeGradient",
+    "ModelView",
+    "Scheduler",
+    "Step",
+    "TrainLocally",
+    "Update",
+    "Verdict",
+]

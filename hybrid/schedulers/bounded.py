@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hybrid.core.global_model import Step
-from hybrid.core.update import Update
+from hybrid.protocol import Step, Update
 from hybrid.schedulers.base import Scheduler, Verdict
 
 

@@ -33,8 +33,7 @@ from federated.clients import (
     population,
 )
 from hybrid.config import TrainConfig
-from hybrid.core.global_model import Step
-from hybrid.core.update import Update
+from hybrid.protocol import Payload, Step, TrainLocally, Update
 from hybrid.schedulers.base import Scheduler, Verdict
 from hybrid.seeding import stream
 
@@ -44,7 +43,7 @@ scheduler gives up: only a near-certain dropout or near-zero availability gets t
 
 
 class FedAvg(Scheduler):
-    payload_kind = "delta"
+    task_kind = TrainLocally
     staleness_unit = "rounds"
 
     def __init__(
@@ -126,7 +125,7 @@ class FedAvg(Scheduler):
         )
 
     def admit(self, update: Update, staleness: int) -> Verdict:
-        if update.kind != "delta":
+        if update.kind != Payload.DELTA:
             # Applying a gradient as a model difference with lr 1 would wreck the model.
             raise RuntimeError(
                 f"fedavg got a {update.kind!r} update from worker {update.worker_id}: the "
