@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import numpy as np
 
 from hybrid.config import ConfigError
 
@@ -124,11 +123,6 @@ def make_atari(env_id: str, cfg: TrainConfig | None, evaluation: bool = False) -
     if clip_rewards:
         env = gym.wrappers.ClipReward(env, -1.0, 1.0)
     return env
-
-
-def frame_shape(env: gym.Env) -> tuple[int, ...]:
-    """Shape of one observation of ``env`` (for tests and the benchmark)."""
-    return tuple(np.asarray(env.observation_space.sample()).shape)
 
 
 __all__ = ["EpisodicLife", "is_atari", "make_atari", "register_atari"]

@@ -202,7 +202,3 @@ ALGORITHMS: dict[str, Algorithm] = {
     "mappo": _multiagent_form(None),
     "ippo": _multiagent_form(None),
 }
-
-
-def make_loss(cfg: TrainConfig) -> LossFn:
-    return ALGORITHMS[cfg.algo].loss(cfg)

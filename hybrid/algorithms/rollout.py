@@ -29,8 +29,6 @@ class Rollout:
     episode_lengths: list[int] = field(default_factory=list)
     behaviour_logp: torch.Tensor | None = None
     """[T, E] log μ(a|s) of the acting policy, recorded when an actor-learner needs it."""
-    policy_version: int = 0
-    """Version of the parameters the actor acted with."""
 
     @property
     def env_steps(self) -> int:

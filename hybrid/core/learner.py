@@ -45,6 +45,9 @@ class _LagWindow:
     """Policy lag (versions) of the trajectories learned from since the last log row."""
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
         self.low: list[int] = []
         self.mean: list[float] = []
         self.high: list[int] = []
@@ -63,7 +66,7 @@ class _LagWindow:
             "sched/policy_lag_mean": float(np.mean(self.mean)),
             "sched/policy_lag_max": float(max(self.high)),
         }
-        self.__init__()  # type: ignore[misc]
+        self.clear()
         return row
 
 

@@ -11,9 +11,9 @@ Three shared-memory tensors are created once and handed to every worker process:
 ``grads``  one gradient slot per worker,
 ``applied`` one apply counter per worker (Hogwild!: how many updates it wrote to θ).
 
-``dispatch`` publishes the snapshot into ``theta`` (a 36 KB copy for the CartPole
-model, once per version, so the N workers of a ``sync`` round share one publication)
-and sends the worker a short message through its pipe: the task kind and, when the
+``dispatch`` publishes the snapshot into ``theta`` (one copy of θ per version, so the
+N workers of a ``sync`` round share one publication) and sends the worker a short
+message through its pipe: the task (``hybrid.protocol``) and, when the
 snapshot has any, its extras (a target network). The worker reads θ *from shared
 memory* when it starts, tags its update with the version it read, writes a
 parameter-shaped payload (a gradient or Δ) into its own slot and sends back a small
@@ -74,12 +74,11 @@ older version; locked, such a read is retried, so every read is one whole versio
 retrying seqlock rather than a shared mutex: a worker SIGKILLed while holding a mutex
 would leave it locked and hang the run, while a dead seqlock reader blocks nobody.
 
-What bounds scaling on few cores is the main process's per-update bookkeeping: the
-loop and the pipe take ~0.06 ms of CPU per update when the main process has a core
-to itself, ~0.12 ms when it must preempt a worker to run (a cold cache on every
-wake-up), against ~1 ms for a default 10-step CartPole task. Larger tasks
-(``envs_per_worker``, ``rollout_steps``) therefore scale to more workers;
-``benchmarks/scaling.py`` measures it beside the machine's ceiling.
+What bounds scaling on few cores is the main process's per-update bookkeeping (the
+loop and the pipe), paid once per update whatever the task's size, and dearer when the
+main process must preempt a worker to run. Larger tasks (``envs_per_worker``,
+``rollout_steps``) therefore scale to more workers; ``benchmarks/scaling.py`` measures
+it beside the machine's ceiling, and README keeps the figures.
 
 Faults
 ------
