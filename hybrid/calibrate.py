@@ -127,7 +127,7 @@ class _InstantRuntime:
                 self.template,
                 worker_id=worker_id,
                 base_version=snapshot.version,
-                payload=self.template.payload.clone(),  # the copy out of a worker's slot
+                payload=self.template.payload,  # copies are priced apart, per runtime
             )
         )
 
