@@ -282,3 +282,24 @@ def test_calibrate_for_ray_and_its_errors(tmp_path, capsys):
     assert cli_main(["calibrate", "--out", str(tmp_path / "machine.txt")]) == 2
     assert cli_main(["calibrate", "--out", str(path), "--env", "NoSuchEnv-v0"]) == 2
     assert capsys.readouterr().err.count("\n") == 2
+
+
+def test_without_a_profile_the_serial_runtime_is_the_plain_one(tiny_config, tmp_path):
+    from hybrid.runtimes import make_runtime
+    from hybrid.runtimes.serial import SerialRuntime
+    from hybrid.schedulers import make_scheduler
+
+    for cluster, kind in (
+        ("heterogeneous", SerialRuntime),
+        ("machine.json", ProfiledSerialRuntime),
+    ):
+        path = write_profile(tmp_path / cluster) if cluster.endswith(".json") else cluster
+        cfg = tiny_config(cluster=path)
+        info = describe(cfg.env, cfg)
+        runtime = make_runtime(
+            cfg, info, GlobalModel(initial_params(cfg, info)), make_scheduler(cfg)
+        )
+        try:
+            assert type(runtime) is kind
+        finally:
+            runtime.close()

@@ -156,7 +156,9 @@ class ProfiledSerialRuntime(SerialRuntime):
         self._serve(profile.dispatch_s)
         update = self.workers[worker_id].run_task(snapshot)
         started = time.perf_counter()
-        work = update.env_steps * profile.step_cost_s + profile.task_overhead_s
+        # a federated round's task takes local_steps optimizer steps, each with its overhead
+        steps = self.cfg.local_steps if snapshot.task == "delta" else 1
+        work = update.env_steps * profile.step_cost_s + steps * profile.task_overhead_s
         if self.hogwild:
             work += profile.apply_s  # the worker steps the shared θ itself
         jitter = self.cost.jitter[worker_id]
