@@ -6,8 +6,9 @@ one loop (``Training``) runs on an instant stand-in runtime to time its per-upda
 bookkeeping, the global model's optimizer step and snapshot are timed directly, and the
 messages a task and a result make are pickled and sent through a local socket pair the
 way each real runtime sends them. Costs are CPU time of this thread (``thread_time``),
-so other programs on a busy machine inflate them less than wall-clock timings would;
-medians, so a preempted repetition does not count. The clock then shares the measured
+so other programs on a busy machine inflate them less than wall-clock timings would.
+A task's costs are means (throughput follows the mean); the sub-millisecond costs of
+the main process are medians of many repetitions. The clock then shares the measured
 machine's physical cores among the workers and the main process (processor sharing).
 
 What is not measured: a context switch's cold caches when workers outnumber cores, the
@@ -103,8 +104,9 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
         started = time.thread_time()
         worker.run_task(snapshot)
         tasks.append(time.thread_time() - started)
-    step_cost = statistics.median(acting) / env_steps
-    compute = max(statistics.median(tasks) - statistics.median(acting), 0.0)
+    # Means, not medians: throughput is set by the mean cost, rare slow tasks included.
+    step_cost = statistics.fmean(acting) / env_steps
+    compute = max(statistics.fmean(tasks) - statistics.fmean(acting), 0.0)
     logs = np.log(np.maximum(tasks, 1e-9))
     return step_cost, compute, float(np.std(logs))
 

@@ -32,12 +32,14 @@ class ClusterProfile:
     cores: int
     """Physical cores the workers and the main process share."""
     step_cost_s: float
-    """One env step with acting (the forward pass that picks the action), per env step."""
+    """One env step with acting (the forward pass that picks the action), per env step
+    (mean)."""
     task_overhead_s: float
-    """A worker's fixed cost per task: take the task and θ, loss and backward pass, pack and
-    send the result."""
+    """A worker's fixed cost per task (mean): take the task and θ, loss and backward pass,
+    pack and send the result."""
     jitter_sigma: float
-    """Lognormal sigma of a task's duration around its median."""
+    """Lognormal sigma of a task's duration; the clock draws factors of mean 1, so a task's
+    mean cost stays step_cost_s × env steps + task_overhead_s."""
     receive_s: float
     """Main process, per update: take the result, decode and check it, admit and log it."""
     apply_s: float

@@ -7,8 +7,9 @@ runtime the profile names (``processes`` or ``ray``) spends that machine's time:
 Shared cores
     N workers and the main process share C cores by processor sharing: while n of them
     are busy, each advances at min(1, C / n) CPU-seconds per second. A task is CPU work
-    W = (env steps × step cost + task overhead [+ apply under Hogwild!]) × jitter; it
-    ends when that much work is done, so every start or end re-times the tasks in flight.
+    W = (env steps × step cost + task overhead [+ apply under Hogwild!]) × jitter (a
+    lognormal factor of mean 1); it ends when that much work is done, so every start or
+    end re-times the tasks in flight.
 The server is one queue
     The main process handles one thing at a time, in order: an update that finishes
     while it is busy waits. Per update it spends ``receive_s``; per optimizer step it
@@ -161,8 +162,9 @@ class ProfiledSerialRuntime(SerialRuntime):
         work = update.env_steps * profile.step_cost_s + steps * profile.task_overhead_s
         if self.hogwild:
             work += profile.apply_s  # the worker steps the shared θ itself
-        jitter = self.cost.jitter[worker_id]
-        work *= float(jitter.lognormal(0.0, profile.jitter_sigma)) if profile.jitter_sigma else 1.0
+        sigma = profile.jitter_sigma
+        if sigma:  # a lognormal factor of mean 1: the measured costs are means
+            work *= float(self.cost.jitter[worker_id].lognormal(-sigma * sigma / 2, sigma))
         if worker_id in self._started_ahead:  # this dispatch is the claim of a running task
             update.started_s = self._started_ahead.pop(worker_id)
             self.cores.set_work(worker_id, work)
