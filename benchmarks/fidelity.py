@@ -72,7 +72,12 @@ def waiting_fraction(run_dir: Path) -> float:
 def train(cfg: TrainConfig) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # oversubscription is the point at N=8
-        summary = hybrid.train(cfg).summary
+        # workers as a keyword: left at its default (8) in the config, the real runtimes
+        # would replace it by one worker per core (hybrid/defaults.py)
+        result = hybrid.train(cfg, workers=cfg.workers)
+    if result.config.workers != cfg.workers:
+        raise RuntimeError(f"{cfg.out} ran {result.config.workers} workers, not {cfg.workers}")
+    summary = result.summary
     clock = summary["virtual_time_s"] or summary["train_wall_s"]
     return {
         "steps_per_s": summary["env_steps"] / clock,
