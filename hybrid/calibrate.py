@@ -96,7 +96,7 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
     tasks: list[float] = []
     env_steps = 1
     deadline = time.perf_counter() + budget_s
-    while len(tasks) < 10 or time.perf_counter() < deadline:
+    while len(tasks) < 5 or time.perf_counter() < deadline:  # a spread needs a few
         started = time.thread_time()
         rollout = worker.runner.collect(worker.model, worker.cfg.rollout_steps, worker.generator)
         acting.append(time.thread_time() - started)
@@ -433,6 +433,9 @@ def calibrate_command(argv: Sequence[str]) -> int:
         progress=False,
     )
     try:
+        from hybrid.defaults import apply_env_defaults
+
+        cfg = apply_env_defaults(cfg)  # the sizes `hybrid train --env ...` would run with
         cfg.validate()
         started = time.perf_counter()
         profile = profile_for(measure(cfg, args.budget_s), args.runtime)
@@ -443,7 +446,7 @@ def calibrate_command(argv: Sequence[str]) -> int:
     profile.save(out)
     print(describe_profile(profile))
     print(
-        f"measured {args.env} / {args.algo} for the {args.runtime} runtime in "
+        f"measured {cfg.env} / {cfg.algo} for the {args.runtime} runtime in "
         f"{time.perf_counter() - started:.0f} s; wrote {out} (use: hybrid train --cluster {out})",
         file=sys.stdout,
     )
