@@ -48,6 +48,10 @@ class ClusterProfile:
     """Main process: copy θ for a new version and publish it to the workers."""
     dispatch_s: float
     """Main process, per task: send a worker its task (and θ, on ray)."""
+    main_preempts: bool = True
+    """The main process, asleep between updates, takes a core the moment it has work and
+    the workers share the others (Linux lets a task that has slept preempt a busy one);
+    false: the workers and the main process share the cores equally."""
     measured_on: dict[str, Any] = field(default_factory=dict)
     """What was measured, where and when (env, algo, sizes, machine): information only."""
 
@@ -72,7 +76,7 @@ class ClusterProfile:
         names = {f.name for f in dataclasses.fields(cls)}
         if unknown := sorted(set(values) - names):
             raise bad(f"unknown field {unknown[0]!r}")
-        required = names - {"measured_on"}
+        required = names - {"measured_on", "main_preempts"}
         if missing := sorted(required - set(values)):
             raise bad(f"missing field {missing[0]!r}")
         if values["runtime"] not in MODELLED_RUNTIMES:
@@ -90,6 +94,8 @@ class ClusterProfile:
             raise bad("step_cost_s must be > 0: a task must take time")
         if values["jitter_sigma"] > 2:
             raise bad(f"jitter_sigma {values['jitter_sigma']} is above 2; remeasure")
+        if not isinstance(values.get("main_preempts", True), bool):
+            raise bad(f"main_preempts must be true or false, got {values['main_preempts']!r}")
         if not isinstance(values.get("measured_on", {}), dict):
             raise bad("measured_on must be an object")
         floats = {n: float(values[n]) for n in required - {"runtime", "cores"}}

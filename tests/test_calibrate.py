@@ -84,6 +84,29 @@ def test_a_task_of_unknown_work_runs_but_cannot_end_until_its_work_is_set():
     assert cores.next_finish() == (2.0, 0)
 
 
+def test_the_main_process_preempts_and_the_workers_share_the_cores_left():
+    cores = SharedCores(2, favored=-1)
+    for worker in range(3):
+        cores.start(worker, 1.0)
+    cores.start(-1, 0.3)  # the main process wakes with 0.3 s of work
+    assert cores.next_finish() == (pytest.approx(0.3), -1)  # at full speed
+    cores.advance(0.3)
+    cores.finish(-1)
+    # meanwhile each worker did 0.3 / 3; then the three share both cores
+    assert cores.done[0] == pytest.approx(0.1)
+    assert cores.next_finish() == (pytest.approx(0.3 + 0.9 * 3 / 2), 0)
+
+
+def test_on_one_core_the_workers_stop_while_the_main_process_runs():
+    cores = SharedCores(1, favored=-1)
+    cores.start(0, 1.0)
+    cores.start(-1, 0.5)
+    assert cores.next_finish() == (0.5, -1)
+    cores.advance(0.5)
+    cores.finish(-1)
+    assert cores.next_finish() == (1.5, 0)
+
+
 # --- the server queue and run-ahead ---------------------------------------------------------
 
 
@@ -241,6 +264,7 @@ def test_a_bad_profile_is_one_config_error(tmp_path, content, message):
         ({"runtime": "mpi"}, "runtime 'mpi'"),
         ({"receive_s": "fast"}, "receive_s must be a number"),
         ({"speed": 1.0}, "unknown field 'speed'"),
+        ({"main_preempts": "yes"}, "main_preempts must be true or false"),
     ],
 )
 def test_a_profile_with_a_bad_value_is_refused(tmp_path, changes, message):

@@ -5,8 +5,11 @@ default constants with one machine's measured costs, and the clock imitates how 
 runtime the profile names (``processes`` or ``ray``) spends that machine's time:
 
 Shared cores
-    N workers and the main process share C cores by processor sharing: while n of them
-    are busy, each advances at min(1, C / n) CPU-seconds per second. A task is CPU work
+    N workers share C cores by processor sharing: while n of them are busy, each advances
+    at min(1, C / n) CPU-seconds per second. The main process, asleep between updates,
+    takes a core the moment it has work (Linux lets a task that has slept preempt a busy
+    one), and meanwhile the workers share the other C − 1; with ``main_preempts`` false
+    it is one more of the n instead. A task is CPU work
     W = (env steps × step cost + task overhead [+ apply under Hogwild!]) × jitter (a
     lognormal factor of mean 1); it ends when that much work is done, so every start or
     end re-times the tasks in flight.
@@ -50,20 +53,29 @@ class SharedCores:
     """Jobs (integer keys) on ``cores`` cores under processor sharing.
 
     A job holds CPU work to do; with n jobs present each advances at min(1, cores / n)
-    CPU-seconds per second of virtual time. A job may start without a known amount of
-    work (a task started before anybody knows what it is): it advances like the others
-    and cannot end until its work is set.
+    CPU-seconds per second of virtual time. A ``favored`` job (the main process, which
+    sleeps between updates) instead runs at full speed whenever it has work, as Linux's
+    scheduler lets a task that has slept preempt one that has not; the others share the
+    cores left. A job may start without a known amount of work (a task started before
+    anybody knows what it is): it advances like the others and cannot end until its work
+    is set.
     """
 
-    def __init__(self, cores: int) -> None:
+    def __init__(self, cores: int, favored: int | None = None) -> None:
         self.cores = cores
+        self.favored = favored
         self.now = 0.0
         self.work: dict[int, float | None] = {}
         self.done: dict[int, float] = {}
 
-    def rate(self) -> float:
-        """CPU-seconds each job gets per second, now."""
-        return min(1.0, self.cores / len(self.work)) if self.work else 1.0
+    def rate(self, job: int) -> float:
+        """CPU-seconds ``job`` gets per second, now."""
+        if self.favored is None or self.favored not in self.work:
+            return min(1.0, self.cores / len(self.work))
+        if job == self.favored:
+            return 1.0
+        others = len(self.work) - 1
+        return min(1.0, (self.cores - 1) / others)
 
     def start(self, job: int, work: float | None = None) -> None:
         if job in self.work:
@@ -77,27 +89,29 @@ class SharedCores:
     def next_finish(self) -> tuple[float, int] | None:
         """When the job that ends first ends, if nothing starts meanwhile, and which it is.
 
-        All jobs advance at the same rate, so it is the one with the least work left; ties
-        go to the job started first (dicts keep insertion order).
+        Ties go to the job started first (dicts keep insertion order).
         """
         best: tuple[float, int] | None = None
         for job, work in self.work.items():
             if work is None:
                 continue
             left = max(work - self.done[job], 0.0)
-            if best is None or left < best[0]:
-                best = (left, job)
-        if best is None:
-            return None
-        return self.now + best[0] / self.rate(), best[1]
+            rate = self.rate(job)
+            if left > 0 and rate <= 0:
+                continue  # waits for a core: ends after the favored job has
+            end = self.now + (left / rate if left > 0 else 0.0)
+            if best is None or end < best[0]:
+                best = (end, job)
+        return best
 
     def advance(self, until: float) -> None:
         """Let time pass to ``until`` (no later than ``next_finish``: nobody ends meanwhile)."""
         if until < self.now:
             raise ValueError(f"time runs forward: {until} < {self.now}")
-        progress = (until - self.now) * self.rate()
-        for job in self.done:
-            self.done[job] += progress
+        elapsed = until - self.now
+        rates = {job: self.rate(job) for job in self.done}
+        for job, rate in rates.items():
+            self.done[job] += elapsed * rate
         self.now = until
 
     def finish(self, job: int) -> None:
@@ -136,7 +150,7 @@ class ProfiledSerialRuntime(SerialRuntime):
             and cfg.lock_free
             and cfg.codec == "none"
         )
-        self.cores = SharedCores(profile.cores)
+        self.cores = SharedCores(profile.cores, SERVER if profile.main_preempts else None)
         self._running: dict[int, Update] = {}
         """Tasks on the cores, computed at dispatch, by worker."""
         self._started_ahead: dict[int, float] = {}
