@@ -16,8 +16,9 @@ profile of that runtime. ``bounded`` runs with s = 1. Per cell it prints:
   (``summary.json``'s ``staleness_histogram``); target ≤ 0.1;
 - steps/s: env steps per second, real (training wall time) and virtual (virtual time), and
   their ratio virtual / real; target within ±15%;
-- waiting: the fraction of its time a worker spends between finishing a task and starting
-  its next (``spans.jsonl``: real seconds, or virtual ones), over all workers;
+- waiting: the fraction of its time a worker spends not computing, between finishing a
+  task and starting its next (``hybrid.timeline.waiting_fraction`` over ``spans.jsonl``:
+  real seconds, or virtual ones), over all workers;
 - final return: each run's last evaluation (evaluation time counts in neither clock).
 
 The real runs are noisy: other jobs on the machine move them, and a loaded machine
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import platform
 import shutil
@@ -47,26 +47,10 @@ from hybrid import TrainConfig
 from hybrid.calibrate import describe_profile, measure, profile_for
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.stats import ks_distance
+from hybrid.timeline import read_spans, waiting_fraction
 
 KS_TARGET = 0.1
 RATE_TOLERANCE = 0.15
-
-
-def waiting_fraction(run_dir: Path) -> float:
-    """Of the time from each worker's first start to its last finish, the share it spent
-    between finishing a task (``upload_start``: computed, result sent) and starting the next."""
-    by_worker: dict[int, list[dict[str, Any]]] = {}
-    with open(run_dir / "spans.jsonl") as f:
-        for line in f:
-            span = json.loads(line)
-            by_worker.setdefault(int(span["worker"]), []).append(span)
-    waited = spanned = 0.0
-    for spans in by_worker.values():
-        spans.sort(key=lambda s: s["start"])
-        for before, after in itertools.pairwise(spans):
-            waited += max(0.0, after["start"] - before["upload_start"])
-        spanned += max(s["upload_start"] for s in spans) - spans[0]["start"]
-    return waited / spanned if spanned > 0 else 0.0
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
@@ -83,7 +67,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "steps_per_s": summary["env_steps"] / clock,
         "staleness_histogram": summary["staleness_histogram"],
         "staleness_mean": summary["staleness_mean"],
-        "waiting": waiting_fraction(Path(cfg.out)),
+        "waiting": waiting_fraction(read_spans(cfg.out)),
         "final_return": summary["final_eval_return"],
     }
 
