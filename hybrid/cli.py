@@ -26,6 +26,7 @@ commands:
   sweep     run a wandb-format sweep YAML locally and offline (resumable, parallel)
   compare   aggregate run directories into figures and tables
   timeline  per-worker Gantt chart and Chrome trace of one run
+  calibrate measure this machine into a profile for the virtual clock (--cluster PATH.json)
   demo      a small scheduler comparison on CartPole-v1
 """
 
@@ -256,13 +257,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_command(rest)
     if command == "timeline":
         return timeline_command(rest)
+    if command == "calibrate":
+        from hybrid.calibrate import calibrate_command
+
+        return calibrate_command(rest)
     if command == "sweep":
         from hybrid.sweep import sweep_command
 
         return sweep_command(rest)
     return fail(
         command,
-        f"unknown command {command!r}; choose one of train, sweep, compare, timeline, demo",
+        f"unknown command {command!r}; "
+        "choose one of train, sweep, compare, timeline, calibrate, demo",
     )
 
 

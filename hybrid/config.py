@@ -95,7 +95,11 @@ class TrainConfig:
 
     # --- serial runtime: the virtual clock's cost model -------------------------------------------
     cluster: str = "homogeneous"
-    """Worker speeds: homogeneous, heterogeneous (lognormal), stragglers (some k times slower)."""
+    """Worker speeds: homogeneous, heterogeneous (lognormal), stragglers (some k times slower),
+    or a measured profile PATH.json from `hybrid calibrate`: the clock then charges that
+    machine's costs (instead of step_cost_s, task_overhead_s, jitter_sigma, bandwidth_mbps),
+    shares its cores among the workers and the main process, and queues updates at the
+    server; the run directory keeps a copy (cluster_profile.json)."""
     step_cost_s: float = 1e-4
     """Virtual seconds one env step (with its forward pass) costs a worker of speed 1."""
     task_overhead_s: float = 1e-3
@@ -339,7 +343,7 @@ class TrainConfig:
         _choice("head", self.head, ("auto", "categorical", "gaussian"))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
-        _choice("cluster", self.cluster, ("homogeneous", "heterogeneous", "stragglers"))
+        self._check_cluster()
         _choice("codec", self.codec, CODEC_NAMES)
         _in_range("topk_ratio", self.topk_ratio, 0.0, 1.0)
         _positive("topk_ratio", self.topk_ratio)
@@ -467,6 +471,28 @@ class TrainConfig:
             )
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
+
+    def _check_cluster(self) -> None:
+        from hybrid.cluster_profile import ClusterProfile, is_profile_path
+
+        if not is_profile_path(self.cluster):
+            _choice(
+                "cluster",
+                self.cluster,
+                ("homogeneous", "heterogeneous", "stragglers", "a profile PATH.json"),
+            )
+            return
+        ClusterProfile.load(self.cluster)
+        if self.clients is not None:
+            raise ConfigError(
+                "cluster: a measured profile models persistent workers on one machine; "
+                "edge clients (clients) take their speeds from federated profiles"
+            )
+        if self.round_deadline_s:
+            raise ConfigError(
+                "cluster: a measured profile does not model round deadlines; "
+                "leave round_deadline_s 0 or use a built-in cluster"
+            )
 
 
 def _choice(name: str, value: object, allowed: Any) -> None:

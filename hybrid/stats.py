@@ -14,7 +14,7 @@ Score arrays are ``[runs, tasks]``; a 1-D array is read as ``[runs]`` of a singl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, NamedTuple, overload
 
 import numpy as np
@@ -24,6 +24,7 @@ __all__ = [
     "aggregate",
     "curve_ci",
     "iqm",
+    "ks_distance",
     "performance_profile",
     "probability_of_improvement",
     "stratified_bootstrap_ci",
@@ -282,3 +283,23 @@ def curve_ci(
         parts.append(np.asarray(statistic(by_point[:, idx], axis=-1), dtype=float).T)
     low, high = _percentiles(np.concatenate(parts), confidence)
     return value, low, high
+
+
+def ks_distance(counts_a: Sequence[float], counts_b: Sequence[float]) -> float:
+    """Kolmogorov–Smirnov distance between two histograms over the same bins 0, 1, 2, ...
+
+    ``counts_a[k]`` is how often value ``k`` occurred (e.g. a run's ``staleness_histogram``);
+    the histograms may differ in length (missing bins are empty). Returns
+    max_k |CDF_a(k) − CDF_b(k)|, in [0, 1]: 0 for the same distribution, 1 when they
+    do not overlap. Counts are normalised, so runs of different lengths compare.
+    """
+    bins = max(len(counts_a), len(counts_b))
+    cdfs = []
+    for counts in (counts_a, counts_b):
+        a = np.zeros(bins)
+        a[: len(counts)] = np.asarray(counts, dtype=float)
+        total = a.sum()
+        if total <= 0 or (a < 0).any():
+            raise ValueError(f"a histogram needs counts >= 0 and a positive total: {counts}")
+        cdfs.append(np.cumsum(a) / total)
+    return float(np.max(np.abs(cdfs[0] - cdfs[1])))

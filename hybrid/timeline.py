@@ -58,6 +58,23 @@ def read_spans(run_dir: str | Path) -> list[Span]:
     return spans
 
 
+def waiting_fraction(spans: list[Span]) -> float:
+    """Of the time from each worker's first start to its last finished computation, the
+    share it spent not computing: sending its result and waiting for its next task
+    (barriers, bounds, a busy server). Summed over workers; 0 without spans."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    computing = 0.0
+    for span in spans:
+        if span.kind != "compute":
+            continue
+        first[span.worker] = min(first.get(span.worker, span.start), span.start)
+        last[span.worker] = max(last.get(span.worker, span.end), span.end)
+        computing += span.end - span.start
+    horizon = sum(last[w] - first[w] for w in first)
+    return max(0.0, 1.0 - computing / horizon) if horizon > 0 else 0.0
+
+
 def chrome_trace(spans: list[Span], clock: str = "virtual") -> dict[str, Any]:
     """Spans as trace events ("X" complete events, microseconds), one thread per worker."""
     events: list[dict[str, Any]] = [

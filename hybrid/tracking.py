@@ -14,14 +14,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
+from hybrid.cluster_profile import is_profile_path
 from hybrid.config import TrainConfig
 from hybrid.protocol import Update, Verdict
+
+PROFILE_COPY = "cluster_profile.json"
+"""Where a run on a measured profile (``--cluster PATH.json``) keeps a copy of it."""
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -162,6 +167,11 @@ class Tracker:
         self._spans = open(run_dir / "spans.jsonl", "a")  # noqa: SIM115
         self.console = Console(cfg.total_env_steps, f"{cfg.scheduler}/{cfg.env}", cfg.progress)
         self.wandb = WandbSink(cfg, run_dir) if cfg.track else None
+        if cfg.runtime == "serial" and is_profile_path(cfg.cluster):
+            # The measured machine the clock ran on, kept beside the config that names it.
+            copy = run_dir / PROFILE_COPY
+            if not copy.exists():  # a resumed run keeps the copy its first segment made
+                shutil.copyfile(cfg.cluster, copy)
 
     def log(self, row: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
         """One metrics.jsonl row; ``histograms`` (raw samples) go to wandb only."""

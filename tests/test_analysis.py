@@ -435,3 +435,20 @@ def test_compare_is_deterministic(tmp_path: Path) -> None:
     assert a.table_md == b.table_md
     assert a.improvement == b.improvement
     assert not (tmp_path / "a" / "curves_time.png").exists()
+
+
+def test_ks_distance_hand_values() -> None:
+    from scipy.stats import ks_2samp
+
+    from hybrid.stats import ks_distance
+
+    assert ks_distance([5, 5], [1, 1]) == 0.0  # same shares, different totals
+    assert ks_distance([1], [0, 1]) == 1.0  # no overlap
+    # CDFs (0.5, 1, 1) and (0.25, 0.5, 1): the widest gap is 0.5 at tau = 1
+    assert ks_distance([2, 2], [1, 1, 2]) == pytest.approx(0.5)
+    # the two-sample KS statistic of the samples the histograms count
+    a, b = [3, 0, 5, 2], [1, 4, 1, 1, 3]
+    samples = [np.repeat(np.arange(len(h)), h) for h in (a, b)]
+    assert ks_distance(a, b) == pytest.approx(ks_2samp(*samples).statistic)
+    with pytest.raises(ValueError):
+        ks_distance([0, 0], [1])

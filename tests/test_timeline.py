@@ -10,7 +10,7 @@ import pytest
 
 import hybrid
 from hybrid.cli import main
-from hybrid.timeline import chrome_trace, read_spans
+from hybrid.timeline import Span, chrome_trace, read_spans, waiting_fraction
 
 
 @pytest.fixture
@@ -52,3 +52,19 @@ def test_trace_export_is_valid_trace_event_json(sync_run, tmp_path):
 def test_timeline_of_a_missing_run_is_a_clear_error(tmp_path, capsys):
     assert main(["timeline", str(tmp_path / "nope")]) == 2
     assert "spans.jsonl" in capsys.readouterr().err
+
+
+def test_waiting_fraction_of_hand_made_spans():
+    spans = [
+        Span(0, "compute", 0.0, 1.0),
+        Span(0, "upload", 1.0, 1.5),  # sending is not computing
+        Span(0, "wait", 1.5, 2.0),
+        Span(0, "compute", 2.0, 3.0),
+        Span(1, "compute", 0.0, 3.0),  # never waits
+    ]
+    assert waiting_fraction(spans) == pytest.approx(1.0 / 6.0)
+    assert waiting_fraction([]) == 0.0
+
+
+def test_sync_workers_of_unequal_speeds_wait(sync_run):
+    assert 0.0 < waiting_fraction(read_spans(sync_run.run_dir)) < 1.0

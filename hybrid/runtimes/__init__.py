@@ -34,9 +34,16 @@ class Runtime(Protocol):
 
 
 def _serial(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
+    from hybrid.cluster_profile import ClusterProfile, is_profile_path
     from hybrid.runtimes.serial import SerialRuntime
 
-    return SerialRuntime(cfg, info)
+    if not is_profile_path(cfg.cluster):
+        return SerialRuntime(cfg, info)
+    from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime
+
+    return ProfiledSerialRuntime(
+        cfg, info, ClusterProfile.load(cfg.cluster), lambda: model.version, scheduler.applies_alone
+    )
 
 
 def _processes(

@@ -1,0 +1,456 @@
+"""``hybrid calibrate``: measure this machine's costs into a profile for the virtual clock.
+
+What one task, one update and one dispatch cost is measured here, in this process, on
+the real code: a ``Worker`` runs tasks (acting is timed apart from the whole task), the
+one loop (``Training``) runs on an instant stand-in runtime to time its per-update
+bookkeeping, the global model's optimizer step and snapshot are timed directly, and the
+messages a task and a result make are pickled and sent through a local socket pair the
+way each real runtime sends them. Costs are CPU time of this thread (``thread_time``),
+so other programs on a busy machine inflate them less than wall-clock timings would.
+A task's costs are means (throughput follows the mean); the sub-millisecond costs of
+the main process are medians of many repetitions. The clock then shares the measured
+machine's physical cores among the workers and the main process (processor sharing).
+
+What is not measured: a context switch's cold caches when workers outnumber cores, the
+wake-up latency of a process blocked on its pipe, and Ray's own daemons.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+import platform
+import selectors
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hybrid.cluster_profile import MODELLED_RUNTIMES, ClusterProfile
+from hybrid.config import ConfigError, TrainConfig
+from hybrid.core.global_model import Step, build_global_model
+from hybrid.core.update import Snapshot, Update
+from hybrid.core.worker import Worker
+from hybrid.envs import EnvInfo, describe
+from hybrid.runtimes._parallel import (
+    dumps_message,
+    pack,
+    payload_tensor,
+    physical_cores,
+    unpack,
+    update_record,
+)
+
+DEFAULT_BUDGET_S = 15.0
+"""Seconds of measuring (setup aside): tasks take half, the loop a fifth, the rest the rest."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurements:
+    """What ``measure`` found, before it is cast as one runtime's profile (``profile_for``)."""
+
+    cores: int
+    step_cost_s: float
+    task_compute_s: float
+    """A task's fixed compute: load θ, loss, backward (the whole task minus acting)."""
+    jitter_sigma: float
+    loop_s: float
+    """The loop's bookkeeping per update, without applying or snapshotting."""
+    apply_s: float
+    snapshot_s: float
+    """Copy θ for a snapshot, then copy it once more (into shared memory, or a message)."""
+    slot_copy_s: float
+    """Copy a gradient into or out of a shared-memory slot."""
+    send_s: dict[str, float]
+    """Pickle and send one message, by kind (processes task / result, ray task / result)."""
+    receive_s: dict[str, float]
+    """Receive and unpickle one message, by kind."""
+    measured_on: dict[str, Any]
+
+
+def _median_cpu_s(fn: Callable[[], object], budget_s: float, least: int = 5) -> float:
+    """Median CPU seconds of ``fn()``, repeated for about ``budget_s`` (at least ``least``)."""
+    samples: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    while len(samples) < least or time.perf_counter() < deadline:
+        started = time.thread_time()
+        fn()
+        samples.append(time.thread_time() - started)
+    return statistics.median(samples)
+
+
+def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float]:
+    """(step cost, fixed compute per task, lognormal sigma of a task's duration)."""
+    snapshot = Snapshot(worker.flat.flat.clone(), 0)
+    acting: list[float] = []
+    tasks: list[float] = []
+    env_steps = 1
+    deadline = time.perf_counter() + budget_s
+    while len(tasks) < 5 or time.perf_counter() < deadline:  # a spread needs a few
+        started = time.thread_time()
+        rollout = worker.runner.collect(worker.model, worker.cfg.rollout_steps, worker.generator)
+        acting.append(time.thread_time() - started)
+        env_steps = rollout.env_steps
+        started = time.thread_time()
+        worker.run_task(snapshot)
+        tasks.append(time.thread_time() - started)
+    # Means, not medians: throughput is set by the mean cost, rare slow tasks included.
+    step_cost = statistics.fmean(acting) / env_steps
+    compute = max(statistics.fmean(tasks) - statistics.fmean(acting), 0.0)
+    logs = np.log(np.maximum(tasks, 1e-9))
+    return step_cost, compute, float(np.std(logs))
+
+
+class _InstantRuntime:
+    """A stand-in runtime whose tasks cost nothing: what remains is the loop's own cost."""
+
+    def __init__(self, workers: int, template: Update) -> None:
+        self.busy = [False] * workers
+        self.template = template
+        self.queue: list[Update] = []
+
+    def idle_workers(self) -> list[int]:
+        return [w for w, busy in enumerate(self.busy) if not busy]
+
+    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
+        self.busy[worker_id] = True
+        self.queue.append(
+            dataclasses.replace(
+                self.template,
+                worker_id=worker_id,
+                base_version=snapshot.version,
+                payload=self.template.payload,  # copies are priced apart, per runtime
+            )
+        )
+
+    def next_update(self) -> Update:
+        update = self.queue.pop(0)
+        self.busy[update.worker_id] = False
+        return update
+
+    def virtual_time(self) -> float | None:
+        return None
+
+    def settle(self) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: float) -> float:
+    """CPU seconds of the one loop per update, applying nothing (the apply is timed apart)."""
+    from hybrid.core.loop import Training, initial_params, make_learner
+    from hybrid.evaluation import Evaluator
+    from hybrid.schedulers import make_scheduler
+    from hybrid.tracking import Tracker
+
+    updates = max(200, min(50_000, int(budget_s / 1e-4)))
+    loop_cfg = cfg.replace(
+        scheduler="async",
+        runtime="serial",
+        total_env_steps=updates * template.env_steps,
+        eval_every=2**62,
+        eval_episodes=1,
+        checkpoint_every=0,
+        track=False,
+        progress=False,
+    )
+    global_model = build_global_model(loop_cfg, initial_params(loop_cfg, info), info.obs_dim)
+    global_model.written_by_workers = True  # apply only counts, snapshot does not copy
+    scheduler = make_scheduler(loop_cfg)
+    runtime = _InstantRuntime(loop_cfg.workers, template)
+    evaluator = Evaluator(loop_cfg, info, obs_stats=global_model.obs_stats)
+    with tempfile.TemporaryDirectory() as run_dir:
+        tracker = Tracker(loop_cfg, Path(run_dir))
+        training = Training(
+            loop_cfg,
+            Path(run_dir),
+            global_model,
+            scheduler,
+            make_learner(loop_cfg, info, scheduler.payload_kind),
+            runtime,  # type: ignore[arg-type]
+            evaluator,
+            tracker,
+            None,
+        )
+        started = time.thread_time()
+        training.run()
+        # the final evaluation is not the loop's per-update cost: take it out
+        spent = time.thread_time() - started - training.excluded_s
+        tracker.close()
+    evaluator.close()
+    return max(spent, 0.0) / max(global_model.version, 1)
+
+
+def _socket_pair(kind: str) -> tuple[socket.socket, socket.socket]:
+    """A connected pair: a Unix socket pair (the processes runtime's duplex pipe) or TCP on
+    the loopback interface (the ray runtime's connection to an actor)."""
+    if kind == "processes":
+        return socket.socketpair()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+    for end in (client, peer):
+        end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return client, peer
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        got += sock.recv_into(view[got:])
+    return bytes(buffer)
+
+
+def _measure_message(kind: str, message: Any, budget_s: float) -> tuple[float, float]:
+    """(send, receive) CPU seconds of one message: pickle + send, receive + unpickle, with a
+    length header as ``multiprocessing.connection`` frames it."""
+    sender, receiver = _socket_pair(kind)
+    selector = selectors.DefaultSelector()  # the main process waits on all workers at once
+    selector.register(receiver, selectors.EVENT_READ)
+    try:
+
+        def send() -> None:
+            data = dumps_message(message)
+            sender.sendall(struct.pack("!i", len(data)) + data)
+
+        def receive() -> None:
+            selector.select(0)
+            (size,) = struct.unpack("!i", _recv_exactly(receiver, 4))
+            body = unpack(pickle.loads(_recv_exactly(receiver, size)))
+            for part in body if isinstance(body, tuple) else ():
+                if isinstance(part, np.ndarray):  # θ as an array: the actor copies it in
+                    payload_tensor(part)
+
+        sends: list[float] = []
+        receives: list[float] = []
+        deadline = time.perf_counter() + budget_s
+        while len(sends) < 20 or time.perf_counter() < deadline:
+            started = time.thread_time()
+            send()
+            sends.append(time.thread_time() - started)
+            started = time.thread_time()
+            receive()
+            receives.append(time.thread_time() - started)
+        return statistics.median(sends), statistics.median(receives)
+    finally:
+        selector.close()
+        sender.close()
+        receiver.close()
+
+
+def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurements:
+    """Measure this machine's costs for ``cfg``'s env, algorithm and sizes."""
+    if budget_s <= 0:
+        raise ConfigError(f"budget_s: {budget_s} must be > 0")
+    torch.set_num_threads(cfg.torch_threads)
+    info = describe(cfg.env, cfg)
+    worker = Worker(0, cfg, info)
+    try:
+        worker.run_task(Snapshot(worker.flat.flat.clone(), 0))  # first-task costs: not ours
+        step_cost, compute, sigma = _measure_tasks(worker, 0.5 * budget_s)
+        template = worker.run_task(Snapshot(worker.flat.flat.clone(), 0))
+        params = worker.flat.flat.clone()
+    finally:
+        worker.close()
+    if not isinstance(template.payload, torch.Tensor):
+        raise ConfigError(
+            f"scheduler: calibrate measures gradient tasks; {cfg.algo} sent a "
+            f"{type(template.payload).__name__}"
+        )
+    gradient = template.payload
+    loop_s = _measure_loop(cfg, info, template, 0.2 * budget_s)
+
+    global_model = build_global_model(cfg, params, info.obs_dim)
+    apply_s = _median_cpu_s(lambda: global_model.apply(Step(gradient.clone())), 0.05 * budget_s)
+    shared = torch.empty_like(global_model.params)
+    snapshot_s = _median_cpu_s(
+        lambda: shared.copy_(global_model.snapshot().params), 0.05 * budget_s
+    )
+    slot = torch.empty_like(gradient)
+    slot_copy_s = _median_cpu_s(lambda: slot.copy_(gradient), 0.02 * budget_s)
+
+    record = update_record(template)
+    theta = global_model.params.numpy()
+    messages = {
+        "processes_task": ("processes", ("task", "gradient", None, 0.5)),
+        "processes_result": ("processes", ("result", record)),
+        "ray_task": ("ray", (theta, 1, "gradient", None)),
+        "ray_result": ("ray", ("result", record | {"wire": pack(gradient)})),
+    }
+    send_s, receive_s = {}, {}
+    for name, (kind, message) in messages.items():
+        send_s[name], receive_s[name] = _measure_message(kind, message, 0.04 * budget_s)
+    measured_on = {
+        "env": cfg.env,
+        "algo": cfg.algo,
+        "envs_per_worker": cfg.envs_per_worker,
+        "rollout_steps": cfg.rollout_steps,
+        "hidden": cfg.hidden,
+        "layers": cfg.layers,
+        "optimizer": cfg.optimizer,
+        "torch_threads": cfg.torch_threads,
+        "machine": f"{platform.node()} {platform.machine()} {_cpu_model()}".strip(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "budget_s": budget_s,
+    }
+    return Measurements(
+        cores=physical_cores(),
+        step_cost_s=step_cost,
+        task_compute_s=compute,
+        jitter_sigma=sigma,
+        loop_s=loop_s,
+        apply_s=apply_s,
+        snapshot_s=snapshot_s,
+        slot_copy_s=slot_copy_s,
+        send_s=send_s,
+        receive_s=receive_s,
+        measured_on=measured_on,
+    )
+
+
+def profile_for(m: Measurements, runtime: str = "processes") -> ClusterProfile:
+    """The costs of ``runtime``'s way of moving tasks and results, from the measurements.
+
+    processes: θ in shared memory (the worker copies it in, and its gradient into its slot,
+    which the main process copies out), small pickled messages on a Unix socket pair.
+    ray: θ pickled once per version and sent with every task, the gradient with the result,
+    over TCP on the loopback interface.
+    """
+    if runtime not in MODELLED_RUNTIMES:
+        raise ConfigError(f"runtime: unknown {runtime!r}; choose one of processes, ray")
+    send, receive = m.send_s, m.receive_s
+    if runtime == "processes":
+        overhead = (
+            receive["processes_task"]
+            + m.slot_copy_s  # take the task, read θ
+            + m.task_compute_s
+            + m.slot_copy_s
+            + send["processes_result"]  # gradient into the slot, report
+        )
+        server_receive = receive["processes_result"] + m.slot_copy_s + m.loop_s
+        snapshot, dispatch = m.snapshot_s, send["processes_task"]
+    else:
+        overhead = receive["ray_task"] + m.task_compute_s + send["ray_result"]
+        server_receive = receive["ray_result"] + m.loop_s
+        # θ is copied and pickled once per version; every task sends those bytes
+        snapshot = m.snapshot_s + max(send["ray_task"] - m.slot_copy_s, 0.0)
+        dispatch = m.slot_copy_s  # a write of the pickled θ into the connection
+    return ClusterProfile(
+        runtime=runtime,
+        cores=m.cores,
+        step_cost_s=m.step_cost_s,
+        task_overhead_s=overhead,
+        jitter_sigma=m.jitter_sigma,
+        receive_s=server_receive,
+        apply_s=m.apply_s,
+        snapshot_s=snapshot,
+        dispatch_s=dispatch,
+        measured_on=m.measured_on,
+    )
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def describe_profile(profile: ClusterProfile) -> str:
+    """What was measured, one line per cost, in microseconds."""
+    us = 1e6
+    lines = [
+        f"cores                 {profile.cores}",
+        f"env step (acting)     {profile.step_cost_s * us:8.1f} µs per env step",
+        f"task overhead         {profile.task_overhead_s * us:8.1f} µs per task"
+        " (read θ, loss + backward, pack and send)",
+        f"task jitter           {profile.jitter_sigma:8.3f} lognormal sigma",
+        f"server receive        {profile.receive_s * us:8.1f} µs per update"
+        " (take, decode, check, admit, log)",
+        f"server apply          {profile.apply_s * us:8.1f} µs per optimizer step",
+        f"snapshot              {profile.snapshot_s * us:8.1f} µs per version dispatched",
+        f"dispatch              {profile.dispatch_s * us:8.1f} µs per task sent",
+    ]
+    return "\n".join(lines)
+
+
+def calibrate_command(argv: Sequence[str]) -> int:
+    from hybrid.cli import _Parser, fail
+
+    parser = _Parser(
+        prog="hybrid calibrate",
+        description="Measure this machine's costs (env step, task, server receive and apply, "
+        "snapshot, cores) into a profile; train --cluster PROFILE.json runs the serial "
+        "runtime's virtual clock on it.",
+    )
+    parser.add_argument("--env", default=TrainConfig.env, help="Gymnasium env id")
+    parser.add_argument("--algo", default=TrainConfig.algo)
+    parser.add_argument("--envs-per-worker", type=int, default=TrainConfig.envs_per_worker)
+    parser.add_argument("--rollout-steps", type=int, default=TrainConfig.rollout_steps)
+    parser.add_argument("--hidden", type=int, default=TrainConfig.hidden)
+    parser.add_argument("--optimizer", default=TrainConfig.optimizer)
+    parser.add_argument(
+        "--runtime",
+        default="processes",
+        choices=MODELLED_RUNTIMES,
+        help="the real runtime whose way of moving tasks the clock imitates",
+    )
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds")
+    parser.add_argument("--out", required=True, help="where the profile (.json) is written")
+    args = parser.parse_args(argv)
+    if not args.out.endswith(".json"):
+        return fail("calibrate", f"out: {args.out!r} must end in .json (what --cluster takes)")
+    if not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        return fail("calibrate", f"budget_s: {args.budget_s} must be > 0")
+    cfg = TrainConfig(
+        env=args.env,
+        algo=args.algo,
+        envs_per_worker=args.envs_per_worker,
+        rollout_steps=args.rollout_steps,
+        hidden=args.hidden,
+        optimizer=args.optimizer,
+        progress=False,
+    )
+    try:
+        from hybrid.defaults import apply_env_defaults
+
+        cfg = apply_env_defaults(cfg)  # the sizes `hybrid train --env ...` would run with
+        cfg.validate()
+        started = time.perf_counter()
+        profile = profile_for(measure(cfg, args.budget_s), args.runtime)
+    except ConfigError as exc:
+        return fail("calibrate", str(exc))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    profile.save(out)
+    print(describe_profile(profile))
+    print(
+        f"measured {cfg.env} / {cfg.algo} for the {args.runtime} runtime in "
+        f"{time.perf_counter() - started:.0f} s; wrote {out} (use: hybrid train --cluster {out})",
+        file=sys.stdout,
+    )
+    return 0
+
+
+__all__ = ["Measurements", "calibrate_command", "measure", "profile_for"]
