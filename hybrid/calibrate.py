@@ -38,10 +38,10 @@ import torch
 
 from hybrid.cluster_profile import MODELLED_RUNTIMES, ClusterProfile
 from hybrid.config import ConfigError, TrainConfig
-from hybrid.core.global_model import Step, build_global_model
-from hybrid.core.update import Snapshot, Update
+from hybrid.core.global_model import build_global_model
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo, describe
+from hybrid.protocol import ComputeGradient, Snapshot, Step, Update
 from hybrid.runtimes._parallel import (
     dumps_message,
     pack,
@@ -181,7 +181,7 @@ def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: f
             Path(run_dir),
             global_model,
             scheduler,
-            make_learner(loop_cfg, info, scheduler.payload_kind),
+            make_learner(loop_cfg, info, scheduler.task_kind),
             runtime,  # type: ignore[arg-type]
             evaluator,
             tracker,
@@ -280,7 +280,7 @@ def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurement
     apply_s = _median_cpu_s(lambda: global_model.apply(Step(gradient.clone())), 0.05 * budget_s)
     shared = torch.empty_like(global_model.params)
     snapshot_s = _median_cpu_s(
-        lambda: shared.copy_(global_model.snapshot().params), 0.05 * budget_s
+        lambda: shared.copy_(global_model.snapshot(ComputeGradient()).params), 0.05 * budget_s
     )
     slot = torch.empty_like(gradient)
     slot_copy_s = _median_cpu_s(lambda: slot.copy_(gradient), 0.02 * budget_s)
@@ -288,9 +288,9 @@ def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurement
     record = update_record(template)
     theta = global_model.params.numpy()
     messages = {
-        "processes_task": ("processes", ("task", "gradient", None, 0.5)),
+        "processes_task": ("processes", ("task", ComputeGradient(), None, 0.5)),
         "processes_result": ("processes", ("result", record)),
-        "ray_task": ("ray", (theta, 1, "gradient", None)),
+        "ray_task": ("ray", (theta, 1, ComputeGradient(), None)),
         "ray_result": ("ray", ("result", record | {"wire": pack(gradient)})),
     }
     send_s, receive_s = {}, {}

@@ -10,7 +10,7 @@ import torch
 
 from hybrid.fedopt import FEDOPT_RULES, FedOpt, initial_fedopt_state
 from hybrid.normalization import GlobalObsStats
-from hybrid.protocol import Snapshot, Step, Task, Update
+from hybrid.protocol import ComputeGradient, Snapshot, Step, Task, Update
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig
@@ -71,7 +71,7 @@ class GlobalModel:
     def params(self) -> torch.Tensor:
         return self.param.data
 
-    def snapshot(self, task: Task, progress: float = 0.0) -> Snapshot:
+    def snapshot(self, task: Task = ComputeGradient(), progress: float = 0.0) -> Snapshot:  # noqa: B008 (frozen)
         extras = {"target": self.target.clone()} if self.target is not None else {}
         if self.obs_stats is not None:
             extras.update(self.obs_stats.extras())

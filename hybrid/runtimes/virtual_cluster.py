@@ -41,8 +41,8 @@ from typing import Any
 from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.config import TrainConfig
-from hybrid.core.update import Snapshot, Update
 from hybrid.envs import EnvInfo
+from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.runtimes.serial import SerialRuntime
 
 SERVER = -1
@@ -172,7 +172,8 @@ class ProfiledSerialRuntime(SerialRuntime):
         update = self.workers[worker_id].run_task(snapshot)
         started = time.perf_counter()
         # a federated round's task takes local_steps optimizer steps, each with its overhead
-        steps = self.cfg.local_steps if snapshot.task == "delta" else 1
+        task = snapshot.task
+        steps = task.steps if isinstance(task, TrainLocally) else 1
         work = update.env_steps * profile.step_cost_s + steps * profile.task_overhead_s
         if self.hogwild:
             work += profile.apply_s  # the worker steps the shared θ itself
