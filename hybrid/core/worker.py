@@ -225,14 +225,25 @@ class Worker:
             "tasks_done": self.tasks_done,
             "generator": self.generator.get_state(),
             "codec": self.codec.state_dict() if self.codec is not None else {},
+            "algorithm": {name: part.state_dict() for name, part in self._stateful_parts().items()},
             "runner": self.runner.state_dict(),
         }
+
+    def _stateful_parts(self) -> dict[str, Any]:
+        """The algorithm's worker-side objects that keep state across tasks (PPO's value
+        normalization and local Adam); a plain loss function keeps none."""
+        parts = {"loss": self.loss_fn, "local_update": self.local_update}
+        return {name: part for name, part in parts.items() if hasattr(part, "state_dict")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.tasks_done = int(state["tasks_done"])
         self.generator.set_state(state["generator"])
         if self.codec is not None:
             self.codec.load_state_dict(state["codec"])
+        saved_parts = state.get("algorithm", {})  # absent from older checkpoints
+        for name, part in self._stateful_parts().items():
+            if name in saved_parts:
+                part.load_state_dict(saved_parts[name])
         # Seeds for envs whose state is not plain data: they restart their episode.
         reseed = [
             int_seed(s)
