@@ -20,6 +20,12 @@ The adapter keeps the core single-agent shaped:
   left, not yet joined, or were never there), ``state()`` for a centralized
   critic, and the final observations of truncated agents for bootstrapping.
   Its ``env_steps`` counts joint environment steps (T × E), not agent slots.
+  It owns its state like the single-agent runner (``state_dict`` /
+  ``load_state_dict``: episodes in progress, each env's state through
+  ``multiagent.env_state``, reward scaler, observation normalizer), so
+  multi-agent runs checkpoint and resume bit-exactly on ``serial``, and it
+  normalizes observations (per agent slot) and rewards: see its docstring for
+  what exactly is normalized, the centralized critic's ``state()`` included.
 
 Agents with different observation or action spaces share the padded layout;
 the model (``multiagent.mappo``) masks the actions an agent does not have and,
