@@ -149,6 +149,15 @@ def load_latest(run_dir: Path) -> tuple[Path, dict[str, Any]]:
 
 # --- updates in flight ---------------------------------------------------------------------
 
+PAYLOAD_DATACLASSES: dict[str, type] = {}
+"""Dataclass payloads besides ``Rollout`` (e.g. ``multiagent``'s), by class name."""
+
+
+def register_payload(cls: type) -> type:
+    """Let checkpoints restore updates whose payload is a ``cls`` (a dataclass)."""
+    PAYLOAD_DATACLASSES[cls.__name__] = cls
+    return cls
+
 
 def update_to_state(update: Any) -> dict[str, Any]:
     """An ``Update`` (any payload: tensor, bytes, Rollout, transitions) as plain data."""
@@ -170,6 +179,10 @@ def update_from_state(state: dict[str, Any]) -> Any:
     values = from_plain(state)
     values["kind"] = Payload(values["kind"])
     payload = values["payload"]
-    if isinstance(payload, dict) and payload.get("__dataclass__") == "Rollout":
-        values["payload"] = Rollout(**payload["fields"])
+    if isinstance(payload, dict) and "__dataclass__" in payload:
+        name = payload["__dataclass__"]
+        cls = Rollout if name == "Rollout" else PAYLOAD_DATACLASSES.get(name)
+        if cls is None:
+            raise CheckpointError(f"an update in flight has a payload of unknown type {name!r}")
+        values["payload"] = cls(**payload["fields"])
     return Update(**values)

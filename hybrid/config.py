@@ -464,11 +464,6 @@ class TrainConfig:
         _at_least("atari_frame_skip", self.atari_frame_skip, 1)
         _at_least("atari_frame_stack", self.atari_frame_stack, 1)
         _at_least("atari_noop_max", self.atari_noop_max, 0)
-        if (self.normalize_obs or self.normalize_reward) and is_multiagent_id(self.env):
-            raise ConfigError(
-                "normalize_obs: observation and reward normalization are for Gymnasium envs; "
-                "multi-agent envs use value_norm"
-            )
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
 

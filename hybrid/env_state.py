@@ -9,6 +9,7 @@ seed instead, and the resumed run is no longer bit-identical (documented).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import gymnasium as gym
@@ -62,7 +63,8 @@ def _capture(layer: Any) -> tuple[dict[str, Any], bool]:
         if key in _SKIP:
             continue
         if _is_plain(value):
-            state[key] = value.copy() if isinstance(value, np.ndarray) else value
+            # A copy: the live env goes on mutating its arrays and drawing from its RNG.
+            state[key] = copy.deepcopy(value)
         else:
             exact = False
     return state, exact
@@ -85,7 +87,7 @@ def load_vector_env_state(
     """Restore ``vector_env_state``; returns {sub-env: first observation} of those that
     could only be reset."""
     for key, value in state["vector"].items():
-        setattr(envs, key, value)
+        setattr(envs, key, copy.deepcopy(value))
     reset = {}
     for i, (sub, layers, exact) in enumerate(
         zip(envs.envs, state["envs"], state["exact"], strict=True)
@@ -95,5 +97,5 @@ def load_vector_env_state(
             continue
         for layer, values in zip(_layers(sub), layers, strict=True):
             for key, value in values.items():
-                setattr(layer, key, value)
+                setattr(layer, key, copy.deepcopy(value))  # the state may be loaded again
     return reset

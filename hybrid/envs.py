@@ -40,10 +40,18 @@ class EnvInfo:
     factory: Callable[[], Any] | None = None
     """The callable registered for this env id (register_env), carried to every worker so
     that a spawned process or a Ray actor builds the same env without the registry."""
+    n_agents: int = 0
+    """A PettingZoo env's agent slots (``possible_agents``); 0 for a Gymnasium env."""
 
     @property
     def image(self) -> bool:
         return len(self.obs_shape) == 3
+
+    @property
+    def obs_stats_shape(self) -> tuple[int, ...]:
+        """Shape of the observation statistics (``--normalize-obs``): ``(obs_dim,)``, or
+        ``(n_agents, obs_dim)`` on a multi-agent env (one row per agent slot)."""
+        return (self.n_agents, self.obs_dim) if self.multiagent else (self.obs_dim,)
 
 
 def is_multiagent_id(env_id: str) -> bool:

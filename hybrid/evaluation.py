@@ -30,7 +30,9 @@ class Evaluator:
         self.envs = make_vector_env(cfg.env, cfg.eval_episodes, cfg, info, evaluation=True)
         # The global model's observation statistics (normalize_obs), read at each evaluation.
         self.obs_stats = obs_stats
-        self.obs_norm = ObsNormalizer(info.obs_dim, cfg.obs_clip) if obs_stats is not None else None
+        self.obs_norm = (
+            ObsNormalizer(info.obs_stats_shape, cfg.obs_clip) if obs_stats is not None else None
+        )
         self.seeds = [int_seed(s) for s in stream(cfg.seed, EVAL).spawn(cfg.eval_episodes)]
         self.model = build_model(cfg, info)
         self.flat = FlatParams(self.model)

@@ -176,12 +176,8 @@ def check_config(cfg: TrainConfig) -> None:
             f"critic: {what} is fed from state(), which {cfg.env} does not implement; "
             "use --algo ippo or --critic local"
         )
-    # Settings whose machinery reads single-agent rollouts ([T, E, obs]) or runner state.
-    unsupported = {  # (normalize_obs / normalize_reward: refused by TrainConfig.validate)
-        "wrappers": bool(cfg.wrappers),
-        "checkpoint_every": cfg.checkpoint_every > 0,
-        "resume": bool(cfg.resume),
-    }
+    # Settings whose machinery wraps Gymnasium envs (PettingZoo envs have their own).
+    unsupported = {"wrappers": bool(cfg.wrappers)}
     for name, used in unsupported.items():
         if used:
             raise ConfigError(f"{name}: not supported on multi-agent (PettingZoo) envs yet")

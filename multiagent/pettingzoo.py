@@ -20,6 +20,12 @@ The adapter keeps the core single-agent shaped:
   left, not yet joined, or were never there), ``state()`` for a centralized
   critic, and the final observations of truncated agents for bootstrapping.
   Its ``env_steps`` counts joint environment steps (T × E), not agent slots.
+  It owns its state like the single-agent runner (``state_dict`` /
+  ``load_state_dict``: episodes in progress, each env's state through
+  ``multiagent.env_state``, reward scaler, observation normalizer), so
+  multi-agent runs checkpoint and resume bit-exactly on ``serial``, and it
+  normalizes observations (per agent slot) and rewards: see its docstring for
+  what exactly is normalized, the centralized critic's ``state()`` included.
 
 Agents with different observation or action spaces share the padded layout;
 the model (``multiagent.mappo``) masks the actions an agent does not have and,
@@ -28,6 +34,7 @@ with per-agent parameters, gives each agent its own networks and heads.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import pkgutil
@@ -38,7 +45,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from hybrid.checkpoint import register_payload
 from hybrid.config import ConfigError
+from hybrid.normalization import (
+    NormalizationSettings,
+    ObsNormalizer,
+    RewardScaler,
+    RunnerNormalization,
+)
+from multiagent.env_state import EnvStateMismatch, env_state, load_env_state
 
 
 @dataclass(frozen=True)
@@ -258,6 +273,7 @@ def describe(env_id: str) -> Any:
         spec.action_high,
         None,  # no solved threshold: cooperative tasks run to their budget
         multiagent=True,
+        n_agents=spec.n_agents,
     )
 
 
@@ -438,6 +454,40 @@ class PettingZooVectorEnv:
         }
         return self.obs.copy(), reward, env_terminated, env_truncated, info
 
+    def state_dict(self) -> dict[str, Any]:
+        """The laid-out arrays, each env's episode-seed stream and each env's own state
+        (``multiagent.env_state``: exact for envs whose state is plain data, e.g. mpe2)."""
+        return {
+            "obs": self.obs.copy(),
+            "active": self.active.copy(),
+            "state": self.state.copy(),
+            "with_state": self.with_state,
+            "episode_seeds": [copy.deepcopy(rng) for rng in self.episode_seeds],
+            "envs": [env_state(env) for env in self.envs],
+        }
+
+    def load_state_dict(self, state: dict[str, Any], reseed: list[int]) -> list[int]:
+        """Restore ``state_dict``; returns the envs that could only restart their episode,
+        each from ``reseed[e]`` (its later episodes then draw their seeds from that too)."""
+        self.with_state = bool(state["with_state"])
+        self.obs[...] = state["obs"]
+        self.active[...] = state["active"]
+        self.state[...] = state["state"]
+        self.episode_seeds = [copy.deepcopy(rng) for rng in state["episode_seeds"]]
+        restarted = []
+        for e, (env, saved) in enumerate(zip(self.envs, state["envs"], strict=True)):
+            if saved["exact"]:
+                try:
+                    env.reset(seed=0)  # build every object the saved env held, then overwrite
+                    load_env_state(env, saved)
+                    continue
+                except EnvStateMismatch:
+                    pass
+            self.episode_seeds[e] = np.random.default_rng(reseed[e])
+            self._reset_env(e, reseed[e])
+            restarted.append(e)
+        return restarted
+
     def close(self) -> None:
         for env in self.envs:
             env.close()
@@ -450,6 +500,7 @@ def make_vector_env(env_id: str, num_envs: int) -> PettingZooVectorEnv:
 # --- rollouts -----------------------------------------------------------------------------------
 
 
+@register_payload  # an actor's trajectory payload, restored from checkpoints by name
 @dataclass
 class MultiAgentRollout:
     """T joint steps of E envs × N agent slots, time-major."""
@@ -510,17 +561,61 @@ def concat_multiagent(rollouts: list[MultiAgentRollout]) -> MultiAgentRollout:
     )
 
 
-class MultiAgentRunner:
-    """``EnvRunner`` for PettingZoo: one batched forward pass over E×N agent rows per step."""
+class MultiAgentRunner(RunnerNormalization):
+    """``EnvRunner`` for PettingZoo: one batched forward pass over E×N agent rows per step.
 
-    def __init__(self, envs: PettingZooVectorEnv, seed: int, info: Any = None) -> None:
+    With ``--normalize-obs`` each agent slot's observation row is normalized with its
+    own statistics (``[N, D]``, counted only while the agent is present; padding
+    features stay zero, an absent agent's row stays zero). A centralized critic's
+    ``state()`` input is normalized too where it is the agents' joint observation
+    (``MultiAgentSpec.state_is_joint_obs``, mpe2's case) and every agent is present:
+    it is then assembled from the normalized rows, so actor and critic see the same
+    features. Any other ``state()`` is passed raw: it has no statistics of its own.
+    With ``--normalize-reward`` each (env, agent) slot keeps its discounted return,
+    and rewards are divided by the running std of the returns of agents that acted.
+    """
+
+    def __init__(
+        self,
+        envs: PettingZooVectorEnv,
+        seed: int,
+        info: Any = None,
+        normalization: NormalizationSettings | None = None,
+    ) -> None:
         del info
         self.envs = envs
         self.spec = envs.spec
         self.seed = seed
+        self.num_envs = envs.num_envs
         self.started = False
         self.episode_return = np.zeros((envs.num_envs, self.spec.n_agents))
         self.episode_length = np.zeros(envs.num_envs, dtype=np.int64)
+        norm = normalization or NormalizationSettings()
+        shape = (self.spec.n_agents, self.spec.obs_pad)
+        self.obs_norm = ObsNormalizer(shape, norm.obs_clip) if norm.normalize_obs else None
+        # [N, D]: the features each agent slot really has (the rest is padding).
+        self.features = np.arange(shape[1]) < np.asarray(self.spec.obs_dims)[:, None]
+        self.reward_scaler = (
+            RewardScaler((envs.num_envs, self.spec.n_agents), norm.gamma, norm.reward_clip)
+            if norm.normalize_reward
+            else None
+        )
+
+    def _normalize(self, obs: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """``[.., N, D]`` rows normalized; padding and absent agents' rows stay zero."""
+        assert self.obs_norm is not None
+        return self.obs_norm(obs) * (present[..., None] & self.features)
+
+    def _normalized_state(
+        self, raw_state: np.ndarray, rows: np.ndarray, everyone: np.ndarray
+    ) -> np.ndarray:
+        """``state()`` of the envs where every agent is present, assembled from the
+        normalized rows when it is the joint observation; the rest raw."""
+        if not self.spec.state_is_joint_obs or not everyone.any():
+            return raw_state
+        out = raw_state.copy()
+        out[everyone] = rows[everyone].reshape(int(everyone.sum()), -1)[:, self.envs.state_index]
+        return out
 
     def collect(
         self,
@@ -530,6 +625,7 @@ class MultiAgentRunner:
         record_logp: bool = False,
     ) -> MultiAgentRollout:
         envs, spec = self.envs, self.spec
+        norm, scaler = self.obs_norm, self.reward_scaler
         want_state = bool(getattr(model, "central", False))
         if want_state and spec.state_dim is None:
             raise ConfigError(f"critic: {spec.env_id} has no state() for a centralized critic")
@@ -542,6 +638,7 @@ class MultiAgentRunner:
             self.episode_length[:] = 0
         E, N, D = envs.num_envs, spec.n_agents, spec.obs_pad
         obs_buf = np.empty((steps, E, N, D), dtype=np.float32)
+        raw_buf = np.empty((steps, E, N, D), dtype=np.float32) if norm is not None else None
         state_buf = np.empty((steps, E, spec.state_dim or 0), dtype=np.float32)
         act_shape = (steps, E, N) if spec.discrete else (steps, E, N, spec.action_pad)
         act_buf = np.empty(act_shape, dtype=np.int64 if spec.discrete else np.float32)
@@ -557,10 +654,18 @@ class MultiAgentRunner:
         lengths: list[int] = []
         obs = envs.obs
         for t in range(steps):
-            obs_buf[t] = obs
             active_buf[t] = envs.active
+            if raw_buf is None:
+                obs_buf[t] = obs
+            else:  # the policy sees the rows normalized with the snapshot's statistics
+                raw_buf[t] = obs
+                obs_buf[t] = self._normalize(obs, active_buf[t])
             if want_state:
-                state_buf[t] = envs.state
+                state_buf[t] = (
+                    envs.state
+                    if norm is None
+                    else self._normalized_state(envs.state, obs_buf[t], active_buf[t].all(1))
+                )
             with torch.no_grad():
                 obs_t = torch.from_numpy(obs_buf[t])
                 if logp_buf is not None:
@@ -574,19 +679,40 @@ class MultiAgentRunner:
             rew_buf[t] = info["agent_reward"]
             term_buf[t] = info["agent_terminated"]
             trunc_buf[t] = info["agent_truncated"]
+            if scaler is not None:  # the loss sees scaled rewards; episode returns stay raw
+                done = term_buf[t] | trunc_buf[t]
+                rew_buf[t] = scaler(info["agent_reward"], done, active_buf[t])
             self.episode_return += info["agent_reward"]
             self.episode_length += 1
             # A time limit is not a terminal state: keep what a truncated agent saw last.
-            for e, j in zip(*np.nonzero(trunc_buf[t] & ~term_buf[t]), strict=True):
+            cut = list(zip(*np.nonzero(trunc_buf[t] & ~term_buf[t]), strict=True))
+            finals, final_states = info["final_obs"], info["final_state"]
+            if cut and norm is not None:
+                finished = term_buf[t] | trunc_buf[t]
+                finals = self._normalize(finals, finished)
+                if want_state:  # after the step: finished agents' last rows, the others' new
+                    after = np.where(finished[..., None], finals, self._normalize(obs, envs.active))
+                    final_states = self._normalized_state(final_states, after, active_buf[t].all(1))
+            for e, j in cut:
                 final_index.append((t, int(e), int(j)))
-                final_obs.append(info["final_obs"][e, j])
+                final_obs.append(finals[e, j])
                 if want_state:
-                    final_state.append(info["final_state"][e])
+                    final_state.append(final_states[e])
             for e in np.flatnonzero(env_term | env_trunc):
                 returns.append(float(self.episode_return[e].sum() / N))
                 lengths.append(int(self.episode_length[e]))
                 self.episode_return[e] = 0.0
                 self.episode_length[e] = 0
+        last_obs = envs.obs.copy() if norm is None else self._normalize(envs.obs, envs.active)
+        last_state = None
+        if want_state:
+            last_state = (
+                envs.state.copy()
+                if norm is None
+                else self._normalized_state(envs.state, last_obs, envs.active.all(1))
+            )
+        if norm is not None:
+            norm.observe(raw_buf, active_buf)  # absent agents' zero rows are not data
         return MultiAgentRollout(
             obs=torch.from_numpy(obs_buf),
             state=torch.from_numpy(state_buf) if want_state else None,
@@ -595,8 +721,8 @@ class MultiAgentRunner:
             terminated=torch.from_numpy(term_buf),
             truncated=torch.from_numpy(trunc_buf),
             active=torch.from_numpy(active_buf),
-            last_obs=torch.from_numpy(envs.obs.copy()),
-            last_state=torch.from_numpy(envs.state.copy()) if want_state else None,
+            last_obs=torch.from_numpy(last_obs),
+            last_state=torch.from_numpy(last_state) if last_state is not None else None,
             final_index=torch.tensor(final_index, dtype=torch.long).reshape(-1, 3),
             final_obs=torch.from_numpy(np.array(final_obs, dtype=np.float32).reshape(-1, D)),
             final_state=(
@@ -610,6 +736,32 @@ class MultiAgentRunner:
             episode_lengths=lengths,
             behaviour_logp=torch.from_numpy(logp_buf) if logp_buf is not None else None,
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The episodes in progress, the envs' state (``PettingZooVectorEnv.state_dict``),
+        the reward scaler and the observation normalizer."""
+        return {
+            "started": self.started,
+            "episode_return": self.episode_return.copy(),
+            "episode_length": self.episode_length.copy(),
+            "envs": self.envs.state_dict() if self.started else None,
+            **self.normalization_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], reseed: list[int]) -> None:
+        """Restore ``state_dict``; an env whose state is not plain data restarts its episode
+        from ``reseed[e]`` (the resumed run is then no longer bit-identical)."""
+        self.load_normalization_state(state)
+        self.started = bool(state["started"])
+        self.episode_return = np.asarray(state["episode_return"], dtype=np.float64).copy()
+        self.episode_length = np.asarray(state["episode_length"], dtype=np.int64).copy()
+        if not self.started:  # never stepped: the first collect resets from the seed
+            return
+        for e in self.envs.load_state_dict(state["envs"], reseed):
+            self.episode_return[e] = 0.0
+            self.episode_length[e] = 0
+            if self.reward_scaler is not None:
+                self.reward_scaler.returns[e] = 0.0
 
     def close(self) -> None:
         self.envs.close()

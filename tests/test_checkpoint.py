@@ -15,9 +15,10 @@ from conftest import crash_copy, metric_rows
 
 import hybrid
 from hybrid import ConfigError
-from hybrid.checkpoint import CheckpointError, list_checkpoints, load
+from hybrid.checkpoint import CheckpointError, from_plain, list_checkpoints, load, to_plain
 from hybrid.core.loop import Diverged
 from hybrid.core.worker import Worker
+from hybrid.envs import describe
 
 
 def _spans(run_dir):
@@ -29,6 +30,7 @@ def _spans(run_dir):
     [
         {"scheduler": "async", "cluster": "heterogeneous"},
         {"scheduler": "sync", "codec": "topk"},
+        {"scheduler": "async", "algo": "ppo", "value_norm": True},
         {"scheduler": "bounded", "staleness_bound": 1, "cluster": "stragglers", "codec": "int8"},
         {
             "scheduler": "hybrid",
@@ -37,7 +39,7 @@ def _spans(run_dir):
             "checkpoint_replay": True,
         },
     ],
-    ids=["async", "sync-topk", "bounded-int8", "apex-replay"],
+    ids=["async", "sync-topk", "ppo-value-norm", "bounded-int8", "apex-replay"],
 )
 def test_resume_is_bit_exact(tiny_config, tmp_path, changes):
     cfg = tiny_config(
@@ -162,6 +164,45 @@ def test_sigterm_checkpoints_flushes_and_resumes_to_the_same_result(tmp_path):
     final = json.loads((out / "summary.json").read_text())
     expected = json.loads((tmp_path / "ref" / "summary.json").read_text())
     assert final["final_params_sha256"] == expected["final_params_sha256"]
+
+
+def _collect_after_load(cfg, state, params):
+    """30 steps of a fresh worker with ``params`` after loading ``state`` (as checkpointed)."""
+    worker = Worker(0, cfg, describe(cfg.env, cfg))
+    worker.flat.load(params)
+    worker.load_state_dict(from_plain(to_plain(state)))
+    try:
+        return worker.runner.collect(worker.model, 30, worker.generator)
+    finally:
+        worker.close()
+
+
+def test_a_runners_state_round_trip_continues_the_same_rollout(tiny_config):
+    cfg = tiny_config(env="Pendulum-v1", normalize_obs=True, normalize_reward=True)
+    original = Worker(0, cfg, describe(cfg.env, cfg))
+    original.runner.collect(original.model, 230, original.generator)  # across an episode end
+    state = original.state_dict()
+    assert set(state) == {"tasks_done", "generator", "codec", "algorithm", "runner"}
+    assert state["runner"]["reward_scaler"] and state["runner"]["obs_norm"]
+    resumed = _collect_after_load(cfg, state, original.flat.flat)
+    expected = original.runner.collect(original.model, 30, original.generator)
+    original.close()
+    for name in ("obs", "actions", "rewards", "last_obs"):
+        assert torch.equal(getattr(resumed, name), getattr(expected, name)), name
+
+
+def test_a_worker_state_from_before_runners_owned_theirs_still_loads(tiny_config):
+    cfg = tiny_config()
+    original = Worker(0, cfg, describe(cfg.env, cfg))
+    original.runner.collect(original.model, 17, original.generator)
+    state = original.state_dict()
+    runner = state.pop("runner")
+    del runner["obs_norm"]  # the old flat layout: the runner's entries in the worker's dict
+    old_layout = state | runner
+    resumed = _collect_after_load(cfg, old_layout, original.flat.flat)
+    expected = original.runner.collect(original.model, 30, original.generator)
+    original.close()
+    assert torch.equal(resumed.obs, expected.obs) and torch.equal(resumed.actions, expected.actions)
 
 
 def test_resume_errors(tmp_path, tiny_config):

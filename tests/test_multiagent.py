@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import ClassVar
@@ -13,11 +18,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import crash_copy, metric_rows
 from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 
 import hybrid
 from hybrid.algorithms.ppo import ValueNorm
+from hybrid.checkpoint import from_plain, list_checkpoints, load, to_plain
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.worker import Worker
 from hybrid.envs import describe, is_multiagent_id
@@ -100,6 +107,15 @@ class NoState(ComingAndGoing):
         raise NotImplementedError
 
 
+class Opaque(ComingAndGoing):
+    """Holds something that is not plain data (an object without a ``__dict__``), as an
+    env with a physics engine's handle would: its state cannot be saved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handle = object()
+
+
 class Unseeded(ComingAndGoing):
     """Draws fresh entropy on every step: passes a one-step seed test, not a long one."""
 
@@ -121,6 +137,7 @@ def fakezoo():
     for name, factory in {
         "coming_and_going_v0": ComingAndGoing,
         "no_state_v0": NoState,
+        "opaque_v0": Opaque,
         "unseeded_v0": Unseeded,
     }.items():
         module = types.ModuleType(f"fakezoo.{name}")
@@ -304,8 +321,7 @@ def test_value_norm_tracks_targets():
         ({"param_sharing": "agent_0;agent_1"}, "agent_2 are in no group"),
         ({"env": "CartPole-v1", "algo": "mappo"}, "needs a multi-agent PettingZoo env"),
         ({"algo": "nstep_q"}, "does not run on multi-agent envs"),
-        ({"normalize_obs": True}, "normalize_obs"),
-        ({"checkpoint_every": 10}, "not supported on multi-agent"),
+        ({"wrappers": "ClipReward(-1, 1)"}, "not supported on multi-agent"),
     ],
 )
 def test_bad_multiagent_settings_are_clear_config_errors(changes, message):
@@ -427,6 +443,179 @@ def test_speaker_listener_trains_with_and_without_parameter_sharing(tmp_path, sh
     result = hybrid.train(cfg)
     assert result.summary["env_steps"] == 900
     assert np.isfinite(result.summary["final_eval_return"])
+
+
+# --- runner state, checkpoints, normalization ---------------------------------------------------
+
+
+def _continue_both(cfg: TrainConfig, steps_before: int = 37, steps_after: int = 40):
+    """A worker that has collected ``steps_before`` steps, and a fresh one loaded with its
+    state (through a checkpoint's plain data); both collect ``steps_after`` more."""
+    info = describe(cfg.env)
+    original = Worker(0, cfg, info)
+    original.runner.collect(original.model, steps_before, original.generator)
+    state = from_plain(to_plain(original.state_dict()))
+    resumed = Worker(0, cfg, info)
+    resumed.flat.load(original.flat.flat.clone())
+    resumed.load_state_dict(state)
+    rollouts = [w.runner.collect(w.model, steps_after, w.generator) for w in (original, resumed)]
+    for w in (original, resumed):
+        w.close()
+    return state, rollouts
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"algo": "mappo", "normalize_obs": True, "normalize_reward": True},
+        {"algo": "ippo"},
+        {"env": "fakezoo/coming_and_going_v0", "algo": "mappo", "normalize_obs": True},
+    ],
+    ids=["spread-mappo-normalized", "spread-ippo", "coming-and-going"],
+)
+def test_runner_state_round_trip_continues_the_same_rollout(changes):
+    cfg = TrainConfig(env=SPREAD, envs_per_worker=2).replace(**changes)
+    state, (a, b) = _continue_both(cfg)
+    assert all(saved["exact"] for saved in state["runner"]["envs"]["envs"])
+    for name in ("obs", "state", "actions", "rewards", "active", "last_obs", "final_obs"):
+        if getattr(a, name) is not None:
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.episode_returns == b.episode_returns and len(a.episode_returns) > 0
+
+
+def test_an_env_whose_state_is_not_plain_data_restarts_its_episode_on_load():
+    cfg = TrainConfig(env="fakezoo/opaque_v0", algo="ippo", envs_per_worker=2)
+    state, (_, resumed) = _continue_both(cfg, steps_before=4, steps_after=6)
+    assert not any(saved["exact"] for saved in state["runner"]["envs"]["envs"])
+    # Restarted at load: each env's first episode after it ends at step 6 of the new one.
+    assert resumed.episode_lengths == [6, 6]
+
+
+def test_multiagent_obs_normalization_uses_per_agent_rows_and_counts_present_agents():
+    cfg = TrainConfig(env="fakezoo/coming_and_going_v0", algo="ippo", envs_per_worker=2)
+    cfg = cfg.replace(normalize_obs=True, obs_clip=100.0)
+    info = describe(cfg.env)
+    assert info.obs_stats_shape == (3, 6)
+    worker = Worker(0, cfg, info)
+    mean = np.arange(18, dtype=np.float32).reshape(3, 6) / 10
+    worker.load_extras({"obs_mean": torch.from_numpy(mean), "obs_var": torch.full((3, 6), 4.0)})
+    worker.runner.collect(worker.model, 1, worker.generator)  # the first collect resets
+    worker.runner.take_obs_stats()
+    raw, present = worker.runner.envs.obs.copy(), worker.runner.envs.active.copy()
+    rollout = worker.runner.collect(worker.model, 12, worker.generator)
+    active = rollout.active.numpy()
+    padding = np.array([[False] * 4 + [True] * 2] * 2 + [[False] * 6])  # scout, late: 4 features
+    expected = (raw - mean) / 2.0 * (present[..., None] & ~padding)
+    np.testing.assert_allclose(rollout.obs[0].numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert not rollout.obs.numpy()[~active].any()  # absent agents' rows stay zero
+    assert not rollout.obs.numpy()[:, :, :2, 4:].any()  # so do padding features
+    stats = worker.runner.take_obs_stats()
+    np.testing.assert_array_equal(stats["count"].reshape(-1), active.sum(axis=(0, 1)))
+    assert stats["count"][0, 0] < stats["count"][2, 0]  # the scout leaves, the carrier stays
+    worker.close()
+
+
+def _resumable(tmp_path: Path, **changes) -> TrainConfig:
+    return _tiny(
+        tmp_path,
+        total_env_steps=600,
+        eval_every=300,
+        log_every=100,
+        keep_checkpoints=100,
+        **changes,
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"algo": "mappo", "scheduler": "sync", "checkpoint_every": 1},
+        {"algo": "ippo", "scheduler": "async", "checkpoint_every": 2},
+        {
+            "algo": "mappo",
+            "scheduler": "async",
+            "checkpoint_every": 2,
+            "normalize_obs": True,
+            "normalize_reward": True,
+        },
+        {"algo": "mappo", "scheduler": "hybrid", "learner_batch": 2, "checkpoint_every": 2},
+    ],
+    ids=["mappo-sync", "ippo-async", "mappo-async-normalized", "mappo-hybrid"],
+)
+def test_multiagent_resume_is_bit_exact(tmp_path, changes):
+    full = hybrid.train(_resumable(tmp_path, **changes))
+    assert len(list_checkpoints(full.run_dir)) >= 4
+    crashed = crash_copy(full.run_dir, tmp_path / "crashed")
+    resumed = hybrid.train(resume=str(crashed))
+    assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
+    assert metric_rows(crashed) == metric_rows(full.run_dir)
+    for key in ("env_steps", "updates", "final_eval_return", "tasks", "staleness_histogram"):
+        assert resumed.summary[key] == full.summary[key], key
+
+
+def test_multiagent_normalization_learns_and_the_global_statistics_grow(tmp_path):
+    cfg = _resumable(
+        tmp_path, scheduler="sync", checkpoint_every=1, normalize_obs=True, normalize_reward=True
+    )
+    result = hybrid.train(cfg)
+    assert torch.isfinite(result.params).all() and result.summary["updates"] > 0
+    assert np.isfinite(result.summary["final_eval_return"])
+    counts = []
+    for path in list_checkpoints(result.run_dir):
+        stats = from_plain(load(path))["global_model"]["obs_stats"]
+        assert stats["mean"].shape == (3, describe(SPREAD).obs_dim)
+        counts.append(stats["count"].reshape(-1))
+    # Every agent of simple_spread is present at every joint step: each row counts them all.
+    np.testing.assert_array_equal(counts[-1], np.full(3, result.summary["env_steps"]))
+    assert all((later > earlier).all() for earlier, later in itertools.pairwise(counts))
+
+
+def test_sigterm_stops_a_multiagent_run_with_a_checkpoint_and_resume_finishes_it(tmp_path):
+    common = [
+        *("--env", SPREAD, "--algo", "mappo", "--scheduler", "async", "--workers", "2"),
+        *("--envs-per-worker", "3", "--rollout-steps", "25", "--ppo-epochs", "2"),
+        *("--total-env-steps", "2000", "--eval-every", "2000", "--eval-episodes", "2"),
+        *("--log-every", "100", "--checkpoint-every", "2", "--normalize-obs", "--progress=False"),
+    ]
+    env = dict(os.environ, WANDB_MODE="offline")
+    command = [sys.executable, "-m", "hybrid.cli", "train", *common]
+    reference = subprocess.run(
+        [*command, "--out", str(tmp_path / "ref")], capture_output=True, text=True, env=env
+    )
+    assert reference.returncode == 0, reference.stderr
+
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [*command, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        list_checkpoints(out) and metrics.exists() and metrics.stat().st_size > 0
+    ):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.fail("the run finished before SIGTERM arrived; raise the budget")
+    assert proc.returncode == 143, stderr
+    assert "stopped by SIGTERM" in stderr and not (out / "summary.json").exists()
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "hybrid.cli", "train", "--resume", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    final = json.loads((out / "summary.json").read_text())
+    expected = json.loads((tmp_path / "ref" / "summary.json").read_text())
+    assert final["final_params_sha256"] == expected["final_params_sha256"]
+    assert metric_rows(out) == metric_rows(tmp_path / "ref")
 
 
 # --- learning --------------------------------------------------------------------------------

@@ -103,6 +103,23 @@ class ValueNorm:
         mean, std = self.stats()
         return x * std + mean
 
+    def state_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "mean_sq": self.mean_sq, "weight": self.weight}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.mean = float(state["mean"])
+        self.mean_sq = float(state["mean_sq"])
+        self.weight = float(state["weight"])
+
+
+def _value_norm_state(value_norm: ValueNorm | None) -> dict[str, float]:
+    return value_norm.state_dict() if value_norm is not None else {}
+
+
+def _load_value_norm(value_norm: ValueNorm | None, state: dict[str, Any]) -> None:
+    if value_norm is not None and state.get("value_norm"):
+        value_norm.load_state_dict(state["value_norm"])
+
 
 @dataclass
 class PPOBatch:
@@ -364,6 +381,13 @@ class PPOLoss:
         batch = self.prepare(model, rollout, self.value_norm, s.batch_normalizes, False)
         return self.settings.loss(model, batch, old_from_current=True)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The value normalization's statistics: worker state that a resume restores."""
+        return {"value_norm": _value_norm_state(self.value_norm)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _load_value_norm(self.value_norm, state)
+
 
 class LocalPPO:
     """The worker's PPO epochs on a local Adam; returns Δ = θ_snapshot − θ_local."""
@@ -374,6 +398,8 @@ class LocalPPO:
         self.value_norm = ValueNorm() if settings.value_norm else None
         self.optimizer: torch.optim.Optimizer | None = None
         self.param: nn.Parameter | None = None
+        self.pending_optimizer_state: dict[str, Any] | None = None
+        """A restored local Adam's state, loaded when the optimizer is built."""
 
     def __call__(
         self, model: nn.Module, flat: FlatParams, rollout: Any, generator: torch.Generator
@@ -384,6 +410,9 @@ class LocalPPO:
             # tensor per step instead of one per layer (the step is a large share of PPO's cost).
             self.param = nn.Parameter(flat.flat, requires_grad=False)
             self.optimizer = torch.optim.Adam([self.param], lr=s.lr, eps=s.adam_eps)
+            if self.pending_optimizer_state is not None:
+                self.optimizer.load_state_dict(self.pending_optimizer_state)
+                self.pending_optimizer_state = None
         assert self.param is not None
         start = flat.flat.clone()
         batch = self.prepare(model, rollout, self.value_norm, s.batch_normalizes, True)
@@ -403,6 +432,22 @@ class LocalPPO:
         self.param.grad = None
         delta = start - flat.flat
         return delta, window.drain()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Worker state that persists across tasks: the value normalization's statistics
+        and the local Adam's moments."""
+        optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
+        if optimizer is None and self.pending_optimizer_state is not None:
+            optimizer = self.pending_optimizer_state  # restored, not yet used
+        return {"value_norm": _value_norm_state(self.value_norm), "optimizer": optimizer}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _load_value_norm(self.value_norm, state)
+        if state.get("optimizer") is not None:
+            if self.optimizer is not None:
+                self.optimizer.load_state_dict(state["optimizer"])
+            else:
+                self.pending_optimizer_state = state["optimizer"]
 
 
 class PPOLearner(Learner):
@@ -452,6 +497,25 @@ class PPOLearner(Learner):
 
     def metrics(self) -> dict[str, float]:
         return self.window.drain() | self.lags.drain()
+
+    def state_dict(self, with_replay: bool = False) -> dict[str, Any]:
+        """Value normalization, the minibatch generator and the metrics not yet logged."""
+        del with_replay
+        return {
+            "value_norm": _value_norm_state(self.value_norm),
+            "generator": self.generator.get_state(),
+            "window": self.window.values,
+            "lags": vars(self.lags),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:  # a checkpoint from before the PPO learner saved its state
+            return
+        _load_value_norm(self.value_norm, state)
+        self.generator.set_state(state["generator"])
+        self.window.values = {k: list(v) for k, v in state["window"].items()}
+        for name, values in state["lags"].items():
+            setattr(self.lags, name, list(values))
 
 
 # --- registry helpers (single-agent) ------------------------------------------------------------

@@ -1,16 +1,30 @@
-"""Stepping a worker's vector env with the current policy, batched over its envs."""
+"""Stepping a worker's vector env with the current policy, batched over its envs.
+
+A runner owns everything that lives between a worker's tasks on the env side: the
+episodes in progress (current observations, returns, lengths), the envs' own state,
+the reward scaler and the observation normalizer. ``state_dict`` / ``load_state_dict``
+save and restore all of it, so a worker's checkpoint only adds its own generator,
+codec and task counter (``hybrid.core.worker``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from hybrid.env_state import load_vector_env_state, vector_env_state
 from hybrid.envs import EnvInfo
 from hybrid.nets import ActorCritic
-from hybrid.normalization import ObsNormalizer, RewardScaler
+from hybrid.normalization import (
+    NormalizationSettings,
+    ObsNormalizer,
+    RewardScaler,
+    RunnerNormalization,
+)
 
 
 @dataclass
@@ -35,19 +49,51 @@ class Rollout:
         return int(self.rewards.numel())
 
 
-class EnvRunner:
+class Runner(Protocol):
+    """What a worker needs of a runner (``EnvRunner``, ``multiagent.MultiAgentRunner``)."""
+
+    num_envs: int
+    obs_norm: ObsNormalizer | None
+    reward_scaler: RewardScaler | None
+
+    def collect(
+        self, model: Any, steps: int, generator: torch.Generator, record_logp: bool = False
+    ) -> Any: ...
+
+    def load_obs_stats(self, extras: dict[str, torch.Tensor]) -> None: ...
+
+    def take_obs_stats(self) -> dict[str, Any] | None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any], reseed: list[int]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class EnvRunner(RunnerNormalization):
     """Owns a worker's vector env and the episodes in progress across tasks."""
 
-    def __init__(self, envs: gym.vector.VectorEnv, seed: int, info: EnvInfo) -> None:
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        seed: int,
+        info: EnvInfo,
+        normalization: NormalizationSettings | None = None,
+    ) -> None:
         self.envs = envs
         self.info = info
         self.obs_dtype = np.dtype(info.obs_dtype)  # uint8 for image observations
         obs, _ = envs.reset(seed=seed)
         self.obs = np.asarray(obs, dtype=self.obs_dtype)
-        # Set by the worker when the config asks for them (hybrid/normalization.py).
-        self.obs_norm: ObsNormalizer | None = None
-        self.reward_scaler: RewardScaler | None = None
         self.num_envs = envs.num_envs
+        norm = normalization or NormalizationSettings()
+        self.obs_norm = ObsNormalizer(info.obs_dim, norm.obs_clip) if norm.normalize_obs else None
+        self.reward_scaler = (
+            RewardScaler(self.num_envs, norm.gamma, norm.reward_clip)
+            if norm.normalize_reward
+            else None
+        )
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
@@ -124,17 +170,44 @@ class EnvRunner:
             behaviour_logp=torch.from_numpy(logp_buf) if logp_buf is not None else None,
         )
 
+    def state_dict(self) -> dict[str, Any]:
+        """The episodes in progress, the envs' state, the reward scaler and normalizer."""
+        return {
+            "obs": self.obs.copy(),
+            "episode_return": self.episode_return.copy(),
+            "episode_length": self.episode_length.copy(),
+            "envs": vector_env_state(self.envs),
+            **self.normalization_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], reseed: list[int]) -> None:
+        """Restore ``state_dict``; an env whose state is not plain data restarts its episode
+        from ``reseed[i]`` (the resumed run is then no longer bit-identical)."""
+        self.obs = np.asarray(state["obs"], dtype=self.obs_dtype).copy()
+        self.load_normalization_state(state)
+        self.episode_return = np.asarray(state["episode_return"]).copy()
+        self.episode_length = np.asarray(state["episode_length"]).copy()
+        for i, obs in load_vector_env_state(self.envs, state["envs"], reseed).items():
+            self.obs[i] = np.asarray(obs, dtype=np.float32).reshape(-1)
+            self.episode_return[i] = 0.0
+            self.episode_length[i] = 0
+
     def close(self) -> None:
         self.envs.close()
 
 
-def make_runner(envs: gym.vector.VectorEnv, seed: int, info: EnvInfo) -> EnvRunner:
+def make_runner(
+    envs: gym.vector.VectorEnv,
+    seed: int,
+    info: EnvInfo,
+    normalization: NormalizationSettings | None = None,
+) -> Runner:
     """The runner for a worker's envs: ``EnvRunner``, or the multi-agent one for PettingZoo."""
     if info.multiagent:
         from multiagent.pettingzoo import MultiAgentRunner
 
-        return MultiAgentRunner(envs, seed, info)  # type: ignore[arg-type,return-value]
-    return EnvRunner(envs, seed, info)
+        return MultiAgentRunner(envs, seed, info, normalization)  # type: ignore[arg-type]
+    return EnvRunner(envs, seed, info, normalization)
 
 
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:

@@ -35,7 +35,7 @@ class GlobalModel:
         rmsprop_alpha: float = 0.99,
         target_every: int = 0,
         momentum: float = 0.0,
-        obs_norm_dim: int = 0,
+        obs_norm_dim: int | tuple[int, ...] = 0,
         server_beta1: float = 0.9,
         server_beta2: float = 0.99,
     ) -> None:
@@ -59,7 +59,7 @@ class GlobalModel:
         )
         # Observation statistics are server state like θ: merged from every worker's
         # updates, delivered in every snapshot, used by evaluation, saved in checkpoints.
-        self.obs_stats = GlobalObsStats(obs_norm_dim) if obs_norm_dim > 0 else None
+        self.obs_stats = GlobalObsStats(obs_norm_dim) if obs_norm_dim else None
         self.optimizer_name, self.momentum, self.adam_eps = optimizer, momentum, adam_eps
         self.shared: dict[str, torch.Tensor] | None = None
         """θ and the optimizer statistics, once moved into shared memory (``share_memory``)."""
@@ -173,8 +173,11 @@ class GlobalModel:
         return params_sha256(self.param.data)
 
 
-def build_global_model(cfg: TrainConfig, params: torch.Tensor, obs_dim: int = 0) -> GlobalModel:
-    """The global model ``cfg`` asks for, starting from ``params``."""
+def build_global_model(
+    cfg: TrainConfig, params: torch.Tensor, obs_shape: int | tuple[int, ...] = 0
+) -> GlobalModel:
+    """The global model ``cfg`` asks for, starting from ``params``; ``obs_shape`` is that of
+    the observation statistics (``EnvInfo.obs_stats_shape``), kept with ``--normalize-obs``."""
     return GlobalModel(
         params,
         optimizer=cfg.optimizer,
@@ -185,7 +188,7 @@ def build_global_model(cfg: TrainConfig, params: torch.Tensor, obs_dim: int = 0)
         rmsprop_alpha=cfg.rmsprop_alpha,
         target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
         momentum=cfg.server_momentum,
-        obs_norm_dim=obs_dim if cfg.normalize_obs else 0,
+        obs_norm_dim=obs_shape if cfg.normalize_obs else 0,
         server_beta1=cfg.server_beta1,
         server_beta2=cfg.server_beta2,
     )

@@ -565,7 +565,7 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     run_dir = Path(cfg.out) if resume_state is not None else prepare_run_dir(cfg)
 
     torch.set_num_threads(cfg.torch_threads)
-    global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_dim)
+    global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_stats_shape)
     scheduler = make_scheduler(cfg)
     scheduler.bind(global_model, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
     learner = make_learner(cfg, info, scheduler.task_kind)

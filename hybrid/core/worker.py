@@ -14,10 +14,9 @@ from hybrid.algorithms.rollout import make_runner
 from hybrid.codecs import make_codec
 from hybrid.config import TrainConfig
 from hybrid.core.global_model import make_optimizer
-from hybrid.env_state import load_vector_env_state, vector_env_state
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
-from hybrid.normalization import OBS_MEAN, OBS_VAR, ObsNormalizer, RewardScaler
+from hybrid.normalization import OBS_MEAN, OBS_VAR, NormalizationSettings, ObsNormalizer
 from hybrid.protocol import CollectExperience, Payload, Snapshot, TrainLocally, Update
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
 
@@ -57,15 +56,8 @@ class Worker:
         envs = make_vector_env(cfg.env, cfg.envs_per_worker, cfg, info)
         if cfg.client_dynamics != "iid":  # an edge client's own env variant (federated/)
             apply_client_dynamics(envs, cfg, worker_id)
-        self.runner = make_runner(envs, env_seed, info)
-        self.obs_norm = ObsNormalizer(info.obs_dim, cfg.obs_clip) if cfg.normalize_obs else None
-        if cfg.normalize_obs or cfg.normalize_reward:
-            self.runner.obs_norm = self.obs_norm
-            self.runner.reward_scaler = (
-                RewardScaler(cfg.envs_per_worker, cfg.gamma, cfg.reward_clip)
-                if cfg.normalize_reward
-                else None
-            )
+        # The runner owns the episodes in progress, the envs' state and normalization.
+        self.runner = make_runner(envs, env_seed, info, NormalizationSettings.from_config(cfg))
         # Each worker owns its codec: top-k's error-feedback residual is worker state.
         codec_seed = int_seed(stream(cfg.seed, WORKER, worker_id, incarnation, CODEC_STREAM))
         self.codec = (
@@ -79,6 +71,11 @@ class Worker:
             )
         )
         self.tasks_done = 0
+
+    @property
+    def obs_norm(self) -> ObsNormalizer | None:
+        """The runner's observation normalizer (``--normalize-obs``), or None."""
+        return self.runner.obs_norm
 
     def run_task(self, snapshot: Snapshot) -> Update:
         """Do what ``snapshot.task`` asks: compute a direction, act for a learner, or train
@@ -124,7 +121,7 @@ class Worker:
             nbytes=nbytes,
             cost_s=time.perf_counter() - started,
             task_index=self.tasks_done,
-            obs_stats=self.obs_norm.take() if self.obs_norm is not None else None,
+            obs_stats=self.runner.take_obs_stats(),
         )
         self.tasks_done += 1
         return update
@@ -179,7 +176,7 @@ class Worker:
             nbytes=nbytes,
             cost_s=time.perf_counter() - started,
             task_index=self.tasks_done,
-            obs_stats=self.obs_norm.take() if self.obs_norm is not None else None,
+            obs_stats=self.runner.take_obs_stats(),
         )
         self.tasks_done += 1
         return update
@@ -187,8 +184,7 @@ class Worker:
     def load_extras(self, extras: dict[str, torch.Tensor]) -> None:
         """Server state besides θ: observation statistics for the runner, the rest (e.g. a
         Q-learning target network) for the model."""
-        if self.obs_norm is not None:
-            self.obs_norm.load(extras)
+        self.runner.load_obs_stats(extras)
         model_extras = {k: v for k, v in extras.items() if k not in (OBS_MEAN, OBS_VAR)}
         if model_extras:
             self.model.load_extras(model_extras)
@@ -203,45 +199,41 @@ class Worker:
         return wire, len(wire)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything a resumed worker needs to continue exactly where this one stands."""
-        runner = self.runner
+        """Everything a resumed worker needs to continue exactly where this one stands:
+        its own generator, codec and task count, and its runner's state."""
         return {
             "tasks_done": self.tasks_done,
             "generator": self.generator.get_state(),
             "codec": self.codec.state_dict() if self.codec is not None else {},
-            "obs": runner.obs.copy(),
-            "episode_return": runner.episode_return.copy(),
-            "episode_length": runner.episode_length.copy(),
-            "envs": vector_env_state(runner.envs),
-            "reward_scaler": scaler.state_dict()
-            if (scaler := getattr(runner, "reward_scaler", None)) is not None
-            else {},
+            "algorithm": {name: part.state_dict() for name, part in self._stateful_parts().items()},
+            "runner": self.runner.state_dict(),
         }
 
+    def _stateful_parts(self) -> dict[str, Any]:
+        """The algorithm's worker-side objects that keep state across tasks (PPO's value
+        normalization and local Adam); a plain loss function keeps none."""
+        parts = {"loss": self.loss_fn, "local_update": self.local_update}
+        return {name: part for name, part in parts.items() if hasattr(part, "state_dict")}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        runner = self.runner
         self.tasks_done = int(state["tasks_done"])
         self.generator.set_state(state["generator"])
         if self.codec is not None:
             self.codec.load_state_dict(state["codec"])
-        obs_dtype = getattr(runner, "obs_dtype", np.float32)  # uint8 for images
-        runner.obs = np.asarray(state["obs"], dtype=obs_dtype).copy()
-        scaler = getattr(runner, "reward_scaler", None)
-        if scaler is not None and state.get("reward_scaler"):
-            scaler.load_state_dict(state["reward_scaler"])
-        runner.episode_return = np.asarray(state["episode_return"]).copy()
-        runner.episode_length = np.asarray(state["episode_length"]).copy()
+        saved_parts = state.get("algorithm", {})  # absent from older checkpoints
+        for name, part in self._stateful_parts().items():
+            if name in saved_parts:
+                part.load_state_dict(saved_parts[name])
+        # Seeds for envs whose state is not plain data: they restart their episode.
         reseed = [
             int_seed(s)
             for s in stream(self.cfg.seed, WORKER, self.worker_id, RESUME_STREAM).spawn(
-                runner.num_envs
+                self.runner.num_envs
             )
         ]
-        for i, obs in load_vector_env_state(runner.envs, state["envs"], reseed).items():
-            # A simulator whose state is not plain data restarts its episode.
-            runner.obs[i] = np.asarray(obs, dtype=np.float32).reshape(-1)
-            runner.episode_return[i] = 0.0
-            runner.episode_length[i] = 0
+        # Checkpoints written before runners owned their state kept the single-agent
+        # runner's entries (obs, episode_return, envs, ...) in the worker's own dict.
+        self.runner.load_state_dict(state.get("runner", state), reseed)
 
     def close(self) -> None:
         self.runner.close()
