@@ -521,7 +521,6 @@ class MultiAgentRollout:
     """Per-agent mean return of each episode that ended (sum over agents / N)."""
     episode_lengths: list[int] = field(default_factory=list)
     behaviour_logp: torch.Tensor | None = None  # [T, E, N] log μ(a|s), for a lagged learner
-    policy_version: int = 0
 
     @property
     def env_steps(self) -> int:
