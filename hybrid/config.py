@@ -236,7 +236,8 @@ class TrainConfig:
     config.json records the values in effect."""
     wrappers: str = ""
     """Wrappers around each env, in order, separated by ';': a gymnasium.wrappers name or a
-    dotted path to a callable f(env, ...), with literal arguments, e.g.
+    dotted path to a gymnasium.Wrapper subclass, or a callable f(env, ...) registered with
+    hybrid.envs.register_wrapper; with literal arguments, e.g.
     "ClipReward(-1, 1); TimeAwareObservation". Applied after the env's own preprocessing."""
     normalize_obs: bool = False
     """Normalize observations by a running mean and variance held in the global model: every

@@ -6,6 +6,7 @@ import ast
 import functools
 import importlib
 import pickle
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -260,8 +261,9 @@ def _first_line(exc: BaseException) -> str:
 def parse_wrappers(text: str) -> list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]:
     """``"ClipReward(-1, 1); TimeAwareObservation"`` -> [(wrapper, args, kwargs), ...].
 
-    Each item is a Gymnasium wrapper name (``gymnasium.wrappers``) or a dotted path to any
-    callable ``f(env, ...) -> env``, optionally called with literal arguments. They wrap
+    Each item is a Gymnasium wrapper name (``gymnasium.wrappers``), a dotted path to a
+    ``gymnasium.Wrapper`` subclass, or a name given to ``register_wrapper``, optionally called
+    with literal arguments; anything else is refused. They wrap
     each env in order, after the env's own preprocessing (e.g. Atari's).
     """
     out = []
@@ -302,22 +304,58 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
+def register_wrapper(name: str, fn: Callable[..., Any]) -> None:
+    """Make ``name`` usable in ``TrainConfig.wrappers``: ``fn(env, *args, **kwargs)`` must
+    return the wrapped env. Only names registered here (besides ``gymnasium.Wrapper``
+    subclasses) may appear, so a config file cannot chain arbitrary callables.
+
+    On the processes runtime a worker re-imports hybrid and resolves the name there: register
+    from a module the workers import as well (e.g. the one that defines ``fn``).
+    """
+    if not isinstance(name, str) or not _WRAPPER_NAME.fullmatch(name):
+        raise ConfigError(
+            f"wrappers: a registered wrapper needs a (dotted) identifier as its name, got {name!r}"
+        )
+    if not callable(fn):
+        raise ConfigError(f"wrappers: the wrapper registered as {name!r} is {fn!r}, not callable")
+    _WRAPPERS[name] = fn
+
+
+_WRAPPERS: dict[str, Callable[..., Any]] = {}
+_WRAPPER_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_ALLOWED = (
+    "a gymnasium.wrappers name, a dotted path to a gymnasium.Wrapper subclass, or a callable "
+    "registered with hybrid.envs.register_wrapper"
+)
+
+
+def _is_env_wrapper(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, gym.Wrapper)
+
+
 def _wrapper_callable(path: str, item: str) -> Callable[..., Any]:
+    # Only env wrappers: a dotted path to any callable would let a config file (or a
+    # resumed run's config.json) chain e.g. operator.add and os.system into a shell command.
+    if path in _WRAPPERS:
+        return _WRAPPERS[path]
     if "." not in path:
         wrapper = getattr(gym.wrappers, path, None)
-        if not isinstance(wrapper, type) or not issubclass(wrapper, gym.Wrapper):
+        if not _is_env_wrapper(wrapper):
             raise ConfigError(
                 f"wrappers: {path!r} is not a gymnasium.wrappers wrapper (e.g. ClipReward, "
-                "NormalizeObservation, TimeLimit); a dotted path names your own"
+                "NormalizeObservation, TimeLimit) nor registered with "
+                "hybrid.envs.register_wrapper; a dotted path names a gymnasium.Wrapper subclass"
             )
-        return wrapper
+        return wrapper  # type: ignore[return-value]
     module, _, attr = path.rpartition(".")
     try:
         wrapper = getattr(importlib.import_module(module), attr)
     except Exception as exc:  # a module that fails to import for any reason
-        raise ConfigError(f"wrappers: cannot find {path!r} for {item!r}: {exc}") from None
-    if not callable(wrapper):
-        raise ConfigError(f"wrappers: {path!r} is not callable")
+        raise ConfigError(
+            f"wrappers: cannot find {path!r} for {item!r}: {_first_line(exc)}"
+        ) from None
+    if not _is_env_wrapper(wrapper):
+        raise ConfigError(f"wrappers: {path!r} is not allowed; use {_ALLOWED}")
     return wrapper
 
 

@@ -1,0 +1,103 @@
+"""Issue 20: hostile inputs, shared machines and careless hands.
+
+Every refusal is one line naming the field, exit code 2 on the command line, and
+leaves nothing behind (or loses nothing on resume).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import gymnasium as gym
+import pytest
+
+import hybrid
+from hybrid import envs
+from hybrid.config import ConfigError, TrainConfig
+from hybrid.envs import parse_wrappers
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """A run with checkpoints and no summary.json, as a crash leaves it (made once)."""
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    cfg = TrainConfig(
+        workers=3,
+        envs_per_worker=2,
+        total_env_steps=600,
+        eval_every=300,
+        eval_episodes=2,
+        log_every=100,
+        checkpoint_every=10,
+        stop_when_solved=False,
+        progress=False,
+        out=str(out),
+    )
+    hybrid.train(cfg)
+    (out / "summary.json").unlink()
+    return out
+
+
+@pytest.fixture
+def stopped(stopped_run, tmp_path):
+    """A fresh copy of ``stopped_run`` for one test to edit."""
+    return shutil.copytree(stopped_run, tmp_path / "stopped")
+
+
+def _edit_config(run_dir, **changes) -> None:
+    path = run_dir / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | changes))
+
+
+# --- item 2: wrappers (and env ids) never chain arbitrary callables -------------------------
+
+
+def _shell_chain(marker) -> str:
+    # Each step is a callable applied to the previous result: str(env) -> '' -> 'touch ...'
+    return f"builtins.str; operator.mul(0); operator.add('touch {marker}'); os.system"
+
+
+def test_wrappers_refuse_callables_that_do_not_wrap_an_env(tmp_path):
+    marker = tmp_path / "pwned"
+    with pytest.raises(ConfigError, match=r"^wrappers: 'builtins\.str' is not"):
+        TrainConfig(wrappers=_shell_chain(marker)).validate()
+    for text in ("os.system", "operator.add(1)", "gymnasium.make", "gymnasium.Env"):
+        with pytest.raises(ConfigError, match=r"^wrappers: "):
+            parse_wrappers(text)
+    assert not marker.exists()
+
+
+def test_resume_checks_stored_wrappers_like_the_command_line(stopped, tmp_path):
+    marker = tmp_path / "pwned"
+    _edit_config(stopped, wrappers=_shell_chain(marker))
+    with pytest.raises(ConfigError, match=r"^wrappers: "):
+        hybrid.train(resume=str(stopped))
+    assert not marker.exists()
+
+
+def test_resume_checks_a_stored_module_colon_env_id(stopped, tmp_path):
+    _edit_config(stopped, env="os:system")
+    with pytest.raises(ConfigError, match=r"^env: "):
+        hybrid.train(resume=str(stopped))
+
+
+def test_legitimate_wrappers_still_resolve():
+    (clip, _, _), (limit, _, _) = parse_wrappers(
+        "ClipReward(-1, 1); gymnasium.wrappers.TimeLimit(10)"
+    )
+    assert clip is gym.wrappers.ClipReward and limit is gym.wrappers.TimeLimit
+
+
+def _halve_rewards(env: gym.Env, scale: float = 0.5) -> gym.Env:
+    return gym.wrappers.TransformReward(env, lambda r: r * scale)
+
+
+def test_a_registered_wrapper_callable_is_accepted():
+    envs.register_wrapper("halve_rewards", _halve_rewards)
+    ((fn, args, _),) = parse_wrappers("halve_rewards(0.25)")
+    assert fn is _halve_rewards and args == (0.25,)
+    with pytest.raises(ConfigError, match=r"^wrappers: "):
+        envs.register_wrapper("bad name!", _halve_rewards)
+    with pytest.raises(ConfigError, match=r"^wrappers: "):
+        envs.register_wrapper("not_callable", 3)  # type: ignore[arg-type]
