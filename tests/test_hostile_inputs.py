@@ -7,7 +7,11 @@ leaves nothing behind (or loses nothing on resume).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -101,3 +105,66 @@ def test_a_registered_wrapper_callable_is_accepted():
         envs.register_wrapper("bad name!", _halve_rewards)
     with pytest.raises(ConfigError, match=r"^wrappers: "):
         envs.register_wrapper("not_callable", 3)  # type: ignore[arg-type]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WANDB_MODE="offline")
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, field: str) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"hybrid train: error: {field}: "), lines[0]
+    return lines[0]
+
+
+# --- item 7: an --out that cannot be written is refused before anything starts ---------------
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "proc"])
+def test_an_unwritable_out_is_refused_before_workers_start(where, tmp_path, monkeypatch):
+    import hybrid.core.loop as loop
+
+    (tmp_path / "a_file").write_text("x")
+    out = {
+        "under_a_file": tmp_path / "a_file" / "sub" / "run",
+        "proc": Path("/proc/hybrid-run-that-cannot-exist"),
+    }[where]
+
+    def no_runtime(*args, **kwargs):
+        raise AssertionError("a runtime started before the run directory was checked")
+
+    monkeypatch.setattr(loop, "make_runtime", no_runtime)
+    with pytest.raises(ConfigError, match=r"^out: "):
+        hybrid.train(TrainConfig(out=str(out), progress=False, total_env_steps=100))
+    assert (tmp_path / "a_file").read_text() == "x"
+    assert not out.exists()
+
+
+def test_an_unwritable_out_on_the_command_line_is_one_line_exit_2(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    proc = _cli("train", "--out", str(tmp_path / "a_file" / "run"), "--total-env-steps", "100")
+    _one_line_error(proc, "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_a_failed_start_leaves_no_directory_behind(tmp_path, monkeypatch):
+    import hybrid.core.loop as loop
+
+    def failing_runtime(*args, **kwargs):
+        raise ConfigError("runtime: cannot start (a test)")
+
+    monkeypatch.setattr(loop, "make_runtime", failing_runtime)
+    out = tmp_path / "new" / "run"
+    with pytest.raises(ConfigError, match="cannot start"):
+        hybrid.train(TrainConfig(out=str(out), progress=False, total_env_steps=100))
+    assert not (tmp_path / "new").exists()

@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import warnings
@@ -489,9 +491,53 @@ def prepare_run_dir(cfg: TrainConfig) -> Path:
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         run_dir = Path("runs") / f"{cfg.env}-{cfg.scheduler}-s{cfg.seed}-{stamp}"
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    try:
+        taken = run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir()))
+    except OSError as exc:
+        raise ConfigError(f"out: cannot read {str(run_dir)!r} ({_os_reason(exc)})") from None
+    if taken:
         raise ConfigError(f"out: {str(run_dir)!r} already exists and is not empty; choose another")
     return run_dir
+
+
+def create_run_dir(run_dir: Path) -> list[Path]:
+    """Create ``run_dir`` (and missing parents) and prove it writable, before any worker
+    starts; returns the folders it created, outermost first, for ``remove_run_dir``."""
+    missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()][::-1]
+    created: list[Path] = []
+    try:
+        for folder in missing:
+            folder.mkdir()
+            created.append(folder)
+        # the probe: a file must be creatable here (read-only mounts, immutable folders,
+        # permissions); the run directory must be a directory (not under a file)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        remove_run_dir(run_dir, created)
+        raise ConfigError(
+            f"out: cannot write a run directory at {str(run_dir)!r} ({_os_reason(exc)}); "
+            "choose a writable folder"
+        ) from None
+    return created
+
+
+def remove_run_dir(run_dir: Path, created: list[Path]) -> None:
+    """Undo a new run directory whose start failed: what this run created, and nothing
+    else (a folder that was there, empty, before the run stays, emptied)."""
+    if created:
+        shutil.rmtree(created[0], ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        for child in run_dir.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
 
 
 def initial_params(cfg: TrainConfig, info: EnvInfo) -> torch.Tensor:
@@ -519,17 +565,29 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     cfg.validate()
     info = describe(cfg.env, cfg)
     check_head(cfg, info)
-    run_dir = Path(cfg.out) if resume_state is not None else prepare_run_dir(cfg)
+    created: list[Path] = []
+    if resume_state is not None:
+        run_dir = Path(cfg.out)
+    else:
+        run_dir = prepare_run_dir(cfg)
+        created = create_run_dir(run_dir)  # before any runtime starts a worker
 
-    torch.set_num_threads(cfg.torch_threads)
-    global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_dim)
-    scheduler = make_scheduler(cfg)
-    learner = make_learner(cfg, info, scheduler.payload_kind)
-    runtime = make_runtime(cfg, info, global_model, scheduler)
-    evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if resume_state is None:
-        write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    runtime: Runtime | None = None
+    try:
+        torch.set_num_threads(cfg.torch_threads)
+        global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_dim)
+        scheduler = make_scheduler(cfg)
+        learner = make_learner(cfg, info, scheduler.payload_kind)
+        runtime = make_runtime(cfg, info, global_model, scheduler)
+        evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
+        if resume_state is None:
+            write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    except BaseException:
+        if runtime is not None:
+            runtime.close()
+        if resume_state is None:
+            remove_run_dir(run_dir, created)  # a start that failed leaves nothing behind
+        raise
     tracker = Tracker(cfg, run_dir)
     training = Training(
         cfg,
