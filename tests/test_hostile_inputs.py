@@ -6,6 +6,7 @@ leaves nothing behind (or loses nothing on resume).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -107,6 +108,9 @@ def test_a_registered_wrapper_callable_is_accepted():
         envs.register_wrapper("not_callable", 3)  # type: ignore[arg-type]
 
 
+# --- item 4: one run at a time in a run directory -------------------------------------------
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, WANDB_MODE="offline")
     return subprocess.run(
@@ -125,6 +129,40 @@ def _one_line_error(proc: subprocess.CompletedProcess, field: str) -> str:
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"hybrid train: error: {field}: "), lines[0]
     return lines[0]
+
+
+def test_a_second_resume_of_a_running_directory_is_refused(stopped, monkeypatch):
+    """The second resume starts while the first is in its loop: it must not run too."""
+    from hybrid.core.loop import Training
+
+    original = Training.run
+    refused: list[str] = []
+
+    def run_with_an_intruder(self):
+        if not refused:
+            refused.append("pending")
+            with pytest.raises(ConfigError, match=r"^resume: .*in use by another") as exc:
+                hybrid.train(resume=str(stopped))
+            refused[0] = str(exc.value)
+        return original(self)
+
+    monkeypatch.setattr(Training, "run", run_with_an_intruder)
+    rows_before = (stopped / "metrics.jsonl").read_text().count("\n")
+    result = hybrid.train(resume=str(stopped))
+    assert refused and "in use" in refused[0]
+    rows = (stopped / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == len({r for r in rows}) and len(rows) >= rows_before
+    assert result.summary["env_steps"] >= 600
+
+
+def test_a_locked_run_directory_is_one_line_exit_2(stopped):
+    from hybrid.core.loop import LOCK_NAME
+
+    with open(stopped / LOCK_NAME, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running hybrid holds it
+        proc = _cli("train", "--resume", str(stopped))
+    _one_line_error(proc, "resume")
+    assert not (stopped / "summary.json").exists()
 
 
 # --- item 7: an --out that cannot be written is refused before anything starts ---------------

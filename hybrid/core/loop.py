@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
+import os
 import shutil
 import signal
 import tempfile
@@ -448,13 +450,18 @@ def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> s
     return " | ".join(parts)
 
 
+def _check_resume_dir(cfg: TrainConfig) -> None:
+    if not (Path(cfg.resume) / "config.json").is_file():
+        raise ConfigError(f"resume: {cfg.resume!r} is not a run directory (no config.json)")
+
+
 def _resume_config(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     run_dir = Path(cfg.resume)
     try:
         stored = json.loads((run_dir / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         raise ConfigError(
-            f"resume: {cfg.resume!r} is not a run directory (no config.json)"
+            f"resume: {cfg.resume!r} is not a run directory (no readable config.json)"
         ) from None
     if (run_dir / "summary.json").exists():
         raise ConfigError(f"resume: {cfg.resume!r} already finished (it has a summary.json)")
@@ -540,6 +547,34 @@ def _os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+LOCK_NAME = "run.lock"
+"""The file in a run directory that a running train or resume holds an exclusive flock on."""
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path, field: str) -> Iterator[None]:
+    """Hold the run directory's lock for the whole run: a second train or resume of it is
+    refused. The kernel drops a flock when its holder exits, crash or not, so no stale lock
+    survives; the file stays (unlinking it would let two runs lock two different files)."""
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ConfigError(
+            f"{field}: cannot write to {str(run_dir)!r} ({_os_reason(exc)})"
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ConfigError(
+                f"{field}: {str(run_dir)!r} is in use by another run (it holds {LOCK_NAME}); "
+                "wait for it to finish or stop it"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def initial_params(cfg: TrainConfig, info: EnvInfo) -> torch.Tensor:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int_seed(stream(cfg.seed, MODEL_INIT)))
@@ -555,8 +590,16 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     config stored there.
     """
     cfg = (config or TrainConfig()).replace(**overrides) if overrides else (config or TrainConfig())
+    with contextlib.ExitStack() as lock:
+        return _train(cfg, overrides, lock)
+
+
+def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitStack) -> Result:
     resume_state: dict[str, Any] | None = None
     if cfg.resume:
+        _check_resume_dir(cfg)
+        # locked before reading anything: what a running run writes is not read half-done
+        lock.enter_context(lock_run_dir(Path(cfg.resume), "resume"))
         cfg, resume_state = _resume_config(cfg)
     else:
         # hybrid/defaults.py (keyword overrides always win); config.json records the result
@@ -571,6 +614,12 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     else:
         run_dir = prepare_run_dir(cfg)
         created = create_run_dir(run_dir)  # before any runtime starts a worker
+        try:
+            lock.enter_context(lock_run_dir(run_dir, "out"))
+        except ConfigError:
+            if created:  # else another run may be starting in the folder: leave it be
+                remove_run_dir(run_dir, created)
+            raise
 
     runtime: Runtime | None = None
     try:
@@ -635,4 +684,4 @@ def _stop_on_signals(training: Training) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-__all__ = ["Diverged", "Interrupted", "Result", "Training", "params_sha256", "train"]
+__all__ = ["LOCK_NAME", "Diverged", "Interrupted", "Result", "Training", "params_sha256", "train"]
