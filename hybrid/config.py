@@ -293,11 +293,16 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        if not isinstance(values, dict):
+            raise ConfigError(f"config: expected a mapping of fields, got {type(values).__name__}")
+        unknown = sorted(set(values) - set(known), key=str)
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown config field")
-        return cls(**values)
+        # A config file (config.json of a resumed run, a notebook's dict) gets the types the
+        # command line's parser would have enforced; validate() then checks the values.
+        typed = {name: _typed(name, value, str(known[name].type)) for name, value in values.items()}
+        return cls(**typed)
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -439,6 +444,26 @@ class TrainConfig:
             )
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
+
+
+_TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
+
+
+def _typed(name: str, value: object, annotation: str) -> Any:
+    kinds = [part.strip() for part in annotation.split("|")]
+    if value is None and "None" in kinds:
+        return None
+    for kind in kinds:
+        if kind == "bool" and isinstance(value, bool):
+            return value
+        if kind == "str" and isinstance(value, str):
+            return value
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    expected = " or ".join(_TYPE_NAMES.get(k, "null" if k == "None" else k) for k in kinds)
+    raise ConfigError(f"{name}: expected {expected}, got {value!r}")
 
 
 def _choice(name: str, value: object, allowed: Any) -> None:

@@ -206,3 +206,57 @@ def test_a_failed_start_leaves_no_directory_behind(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="cannot start"):
         hybrid.train(TrainConfig(out=str(out), progress=False, total_env_steps=100))
     assert not (tmp_path / "new").exists()
+
+
+# --- item 5: resume checks the checkpoint against the config, and flags against both --------
+
+
+def test_a_flag_that_cannot_change_on_resume_is_refused(stopped):
+    config_before = (stopped / "config.json").read_text()
+    line = _one_line_error(_cli("train", "--resume", str(stopped), "--lr", "0.1"), "lr")
+    assert "total_env_steps" in line  # says which flags may change
+    assert (stopped / "config.json").read_text() == config_before
+    assert not (stopped / "summary.json").exists()
+
+
+def test_resumable_flags_apply_and_are_recorded(stopped):
+    result = hybrid.train(resume=str(stopped), total_env_steps=900, log_every=50)
+    assert result.summary["env_steps"] >= 900
+    stored = json.loads((stopped / "config.json").read_text())
+    assert stored["total_env_steps"] == 900 and stored["log_every"] == 50
+    steps = [r["env_steps"] for r in result.metrics("train")]
+    assert steps == sorted(steps) and len(steps) == len(set(steps))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("workers", 5), ("hidden", 32), ("env", "CartPole-v0"), ("scheduler", "sync")],
+)
+def test_a_config_json_edited_after_the_checkpoint_is_refused(stopped, field, value):
+    _edit_config(stopped, **{field: value})
+    with pytest.raises(ConfigError, match=rf"^{field}: .*checkpoint"):
+        hybrid.train(resume=str(stopped))
+
+
+def test_a_checkpoint_without_its_config_is_checked_by_shape(stopped):
+    import torch
+
+    from hybrid.checkpoint import list_checkpoints
+
+    for path in list_checkpoints(stopped):  # as written before checkpoints held their config
+        state = torch.load(path, weights_only=True)
+        state.pop("config", None)
+        torch.save(state, path)
+    _edit_config(stopped, hidden=32)
+    with pytest.raises(ConfigError, match=r"^resume: .*parameters"):
+        hybrid.train(resume=str(stopped))
+    _edit_config(stopped, hidden=64, workers=4)
+    with pytest.raises(ConfigError, match=r"^resume: .*workers"):
+        hybrid.train(resume=str(stopped))
+
+
+@pytest.mark.parametrize(("field", "value"), [("env", 5), ("workers", "3"), ("wrappers", None)])
+def test_config_json_values_of_the_wrong_type_are_refused(stopped, field, value):
+    _edit_config(stopped, **{field: value})
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        hybrid.train(resume=str(stopped))

@@ -397,6 +397,7 @@ class Training:
         started = time.perf_counter()
         state = {
             "format": 1,
+            "config": self.cfg.to_dict(),  # a resume checks config.json against it
             "global_model": self.global_model.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scheduler_buffer": [(update_to_state(u), s) for u, s in self.scheduler.buffer],
@@ -422,8 +423,31 @@ class Training:
         stats["staleness"] = dict(stats["staleness"])
         return plain(self.state) | {"stats": stats, "train_s_before": self.train_s()}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        state = from_plain(state)
+    def restore(self, state: dict[str, Any], changed: dict[str, Any] | None = None) -> None:
+        """Continue from a checkpoint; ``changed`` names the resumable fields that differ
+        from the config it was written under (their cadences start again from here)."""
+        try:
+            self._restore(from_plain(state))
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+            # a checkpoint that does not fit the components (an edited config.json)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"resume: the checkpoint does not fit config.json ({first[:160]}); "
+                "restore config.json"
+            ) from None
+        st, cfg = self.state, self.cfg
+        changed = changed or {}
+        if "log_every" in changed:
+            st.next_log = st.stats.env_steps + cfg.log_every
+        if "eval_every" in changed:
+            st.next_eval = st.stats.env_steps + cfg.eval_every
+        if "checkpoint_every" in changed or not cfg.checkpoint_every:
+            # 0 turns checkpoints off; the loop's cadence must never add 0
+            st.next_checkpoint = (
+                self.global_model.version + cfg.checkpoint_every if cfg.checkpoint_every else 2**62
+            )
+
+    def _restore(self, state: dict[str, Any]) -> None:
         self.global_model.load_state_dict(state["global_model"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
@@ -455,7 +479,38 @@ def _check_resume_dir(cfg: TrainConfig) -> None:
         raise ConfigError(f"resume: {cfg.resume!r} is not a run directory (no config.json)")
 
 
-def _resume_config(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+RESUMABLE = (
+    "total_env_steps",
+    "stop_when_solved",
+    "log_every",
+    "eval_every",
+    "eval_episodes",
+    "progress",
+    "track",
+    "wandb_project",
+    "wandb_checkpoint",
+    "exp_name",
+    "checkpoint_every",
+    "keep_checkpoints",
+)
+"""Fields a resume may change (budget; logging, evaluation, progress, tracking and checkpoint
+cadence): they change what is recorded and when, not the run's dynamics. A flag given with
+--resume that differs from the stored config and is not listed here is refused."""
+
+
+@dataclass
+class ResumePlan:
+    """What ``_resume_config`` decided: the config to run, the checkpoint, and the
+    resumable fields that differ from the config the checkpoint was written under."""
+
+    cfg: TrainConfig
+    state: dict[str, Any]
+    changed: dict[str, Any]
+    stored: dict[str, Any]
+    """config.json as found (rewritten with ``changed`` once the resume has started)."""
+
+
+def _resume_config(cfg: TrainConfig) -> ResumePlan:
     run_dir = Path(cfg.resume)
     try:
         stored = json.loads((run_dir / "config.json").read_text())
@@ -465,12 +520,97 @@ def _resume_config(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
         ) from None
     if (run_dir / "summary.json").exists():
         raise ConfigError(f"resume: {cfg.resume!r} already finished (it has a summary.json)")
+    # config.json is untrusted input: typed and validated like the command line (train()
+    # validates the result), never imported from or called before that
+    stored_cfg = TrainConfig.from_dict(stored)
     try:
         _, state = checkpoint.load_latest(run_dir)
     except checkpoint.CheckpointError as exc:
         raise ConfigError(f"resume: {exc}") from None
-    stored_cfg = TrainConfig.from_dict(stored).replace(out=str(run_dir), resume=str(run_dir))
-    return stored_cfg, state
+    written = state.get("config")
+    if isinstance(written, dict):  # checkpoints since issue 20 record their config
+        _check_same_run(stored_cfg, written)
+    changes = _flags_given_on_resume(cfg, stored_cfg, run_dir)
+    resumed = stored_cfg.replace(**changes, out=str(run_dir), resume=str(run_dir))
+    before = written if isinstance(written, dict) else stored_cfg.to_dict()
+    changed = {k: getattr(resumed, k) for k in RESUMABLE if getattr(resumed, k) != before.get(k)}
+    return ResumePlan(resumed, state, changed, stored | changes)
+
+
+_NOT_COMPARED = ("out", "resume", *RESUMABLE)
+
+
+def _check_same_run(stored: TrainConfig, written: dict[str, Any]) -> None:
+    """config.json must still describe the run the checkpoint belongs to."""
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _NOT_COMPARED or f.name not in written:
+            continue
+        now, then = getattr(stored, f.name), written[f.name]
+        if now != then or type(now) is not type(then):
+            raise ConfigError(
+                f"{f.name}: config.json has {now!r} but the checkpoint was written with "
+                f"{then!r}; a resume continues the same run: restore config.json or start a "
+                "new run"
+            )
+
+
+def _flags_given_on_resume(
+    given: TrainConfig, stored: TrainConfig, run_dir: Path
+) -> dict[str, Any]:
+    """The resumable fields the caller changed; any other change is refused.
+
+    A field counts as given when it differs from TrainConfig's default (as with
+    hybrid/defaults.py, a flag set to exactly the default cannot be told apart)."""
+    if given.out and Path(given.out).resolve() != run_dir.resolve():
+        raise ConfigError(
+            f"out: a resume writes to the run directory it continues ({str(run_dir)!r}); "
+            "leave out unset"
+        )
+    defaults = TrainConfig()
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("out", "resume"):
+            continue
+        value, default = getattr(given, f.name), getattr(defaults, f.name)
+        if value == default and type(value) is type(default):
+            continue  # not given
+        if value == getattr(stored, f.name):
+            continue  # given as stored: nothing changes
+        if f.name not in RESUMABLE:
+            raise ConfigError(
+                f"{f.name}: cannot change on resume (the run has {getattr(stored, f.name)!r}, "
+                f"given {value!r}); only {', '.join(RESUMABLE)} may change"
+            )
+        changes[f.name] = value
+    return changes
+
+
+def _check_checkpoint_fits(state: dict[str, Any], training: Training) -> None:
+    """Shapes first, with one line each: a config.json edited under an older checkpoint
+    (which does not record its config) would otherwise fail deep in load_state_dict."""
+    params = state.get("global_model", {}).get("params")
+    numel = training.global_model.params.numel()
+    if not isinstance(params, torch.Tensor) or params.numel() != numel:
+        held = params.numel() if isinstance(params, torch.Tensor) else "no"
+        raise ConfigError(
+            f"resume: the checkpoint holds {held} parameters but config.json's model has "
+            f"{numel} (env, hidden, layers, head, algo, ... were edited?); restore config.json"
+        )
+    runtime_state = state.get("runtime") or {}
+    for key in ("workers", "incarnations"):
+        saved = runtime_state.get(key)
+        if not isinstance(saved, list):
+            continue
+        expected = (
+            len(training.runtime.workers)  # type: ignore[attr-defined]
+            if key == "workers" and hasattr(training.runtime, "workers")
+            else training.cfg.workers
+        )
+        if len(saved) != expected:
+            raise ConfigError(
+                f"resume: the checkpoint holds {len(saved)} workers but config.json runs "
+                f"{expected} (workers or clients were edited?); restore config.json"
+            )
 
 
 def make_learner(cfg: TrainConfig, info: EnvInfo, payload_kind: str) -> Learner:
@@ -596,11 +736,13 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
 
 def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitStack) -> Result:
     resume_state: dict[str, Any] | None = None
+    plan: ResumePlan | None = None
     if cfg.resume:
         _check_resume_dir(cfg)
         # locked before reading anything: what a running run writes is not read half-done
         lock.enter_context(lock_run_dir(Path(cfg.resume), "resume"))
-        cfg, resume_state = _resume_config(cfg)
+        plan = _resume_config(cfg)
+        cfg, resume_state = plan.cfg, plan.state
     else:
         # hybrid/defaults.py (keyword overrides always win); config.json records the result
         cfg = apply_env_defaults(cfg, keep=overrides)
@@ -651,8 +793,11 @@ def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitSta
     )
     summary: dict[str, Any] | None = None
     try:
-        if resume_state is not None:
-            training.restore(resume_state)
+        if plan is not None:
+            _check_checkpoint_fits(plan.state, training)
+            training.restore(plan.state, plan.changed)
+            if plan.changed:  # config.json records the values in effect
+                write_json_atomic(run_dir / "config.json", plan.stored)
         with _stop_on_signals(training):
             summary = training.run()
         write_json_atomic(run_dir / "summary.json", summary)
