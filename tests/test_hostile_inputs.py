@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +261,60 @@ def test_config_json_values_of_the_wrong_type_are_refused(stopped, field, value)
     _edit_config(stopped, **{field: value})
     with pytest.raises(ConfigError, match=rf"^{field}: "):
         hybrid.train(resume=str(stopped))
+
+
+# --- item 6: signals wait for a checkpoint write; no *.tmp is left behind ----------------------
+
+
+def test_a_second_sigterm_during_a_checkpoint_write_waits_for_it(tmp_path, monkeypatch):
+    import torch
+
+    import hybrid.checkpoint as ckpt
+    from hybrid.checkpoint import list_checkpoints, load
+    from hybrid.core.loop import Interrupted
+
+    real_save, calls = torch.save, []
+
+    def signalled_save(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # mid-run: the stop request and a second, impatient one
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt.torch, "save", signalled_save)
+    cfg = TrainConfig(
+        workers=3,
+        total_env_steps=2_000,
+        checkpoint_every=5,
+        stop_when_solved=False,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
+    with pytest.raises(Interrupted) as stopped:
+        hybrid.train(cfg)
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    newest = list_checkpoints(tmp_path / "run")[-1]
+    assert stopped.value.checkpoint == newest and len(calls) == 3
+    load(newest)  # whole
+    assert not list((tmp_path / "run").rglob("*.tmp"))
+
+
+def test_a_failed_checkpoint_write_removes_its_temporary_file(tmp_path, monkeypatch):
+    import hybrid.checkpoint as ckpt
+
+    def disk_full(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt.torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        ckpt.save(tmp_path, 7, {"format": 1})
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_stale_temporary_files_are_removed_when_a_resume_starts(stopped):
+    (stopped / "checkpoints" / "ckpt-000000999.pt.tmp").write_bytes(b"cut short")
+    (stopped / "config.json.tmp").write_text("{")
+    hybrid.train(resume=str(stopped))
+    assert not list(stopped.rglob("*.tmp"))

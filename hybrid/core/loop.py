@@ -237,6 +237,9 @@ class Training:
         self.excluded_s = 0.0  # evaluation and checkpoint time: not training
         self.stop_signal: int | None = None
         self.last_checkpoint: Path | None = None
+        self.writing_checkpoint = False
+        self.deferred_signal: int | None = None
+        """A second stop signal that arrived while a checkpoint was being written."""
 
     # --- time and rows -------------------------------------------------------------------------
 
@@ -406,11 +409,19 @@ class Training:
             "loop": self._loop_state(),
             "logs": self.tracker.offsets(),
         }
-        path = checkpoint.save(
-            self.run_dir, self.global_model.version, to_plain(state), self.cfg.keep_checkpoints
-        )
-        self.last_checkpoint = path
+        # A signal that would stop the run now waits for the write (see _stop_on_signals):
+        # raised inside torch.save it left a torn file and a traceback.
+        self.writing_checkpoint = True
+        try:
+            path = checkpoint.save(
+                self.run_dir, self.global_model.version, to_plain(state), self.cfg.keep_checkpoints
+            )
+            self.last_checkpoint = path
+        finally:
+            self.writing_checkpoint = False
         self.excluded_s += time.perf_counter() - started
+        if self.deferred_signal is not None:
+            raise Interrupted(self.deferred_signal, path)
         return path
 
     def _loop_state(self) -> dict[str, Any]:
@@ -741,6 +752,7 @@ def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitSta
         _check_resume_dir(cfg)
         # locked before reading anything: what a running run writes is not read half-done
         lock.enter_context(lock_run_dir(Path(cfg.resume), "resume"))
+        checkpoint.remove_stale_tmp(Path(cfg.resume))
         plan = _resume_config(cfg)
         cfg, resume_state = plan.cfg, plan.state
     else:
@@ -817,9 +829,12 @@ def _stop_on_signals(training: Training) -> Iterator[None]:
         return
 
     def request_stop(signum: int, frame: Any) -> None:
-        if training.stop_signal is not None:  # a second signal: stop now
+        if training.stop_signal is None:
+            training.stop_signal = signum
+        elif training.writing_checkpoint:  # a second signal: stop once the file is whole
+            training.deferred_signal = signum
+        else:  # a second signal: stop now
             raise Interrupted(signum, training.last_checkpoint)
-        training.stop_signal = signum
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
