@@ -318,3 +318,97 @@ def test_stale_temporary_files_are_removed_when_a_resume_starts(stopped):
     (stopped / "config.json.tmp").write_text("{")
     hybrid.train(resume=str(stopped))
     assert not list(stopped.rglob("*.tmp"))
+
+
+# --- item 8: every numeric field is bounded by what can run; JSON is always valid -------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "reason"),
+    [
+        ({"lr": 1e39}, "lr", "float32"),
+        ({"ppo_lr": 1e39}, "ppo_lr", "float32"),
+        ({"rollout_steps": 10**12}, "rollout_steps", ""),
+        ({"hidden": 10**9}, "hidden", ""),
+        ({"workers": 10**20}, "workers", "serial"),
+        ({"workers": 10**5, "runtime": "processes"}, "workers", "process"),
+        ({"envs_per_worker": 10**20}, "envs_per_worker", ""),
+        ({"eval_episodes": 10**20}, "eval_episodes", ""),
+        ({"clients": 10**20, "scheduler": "fedavg"}, "clients", ""),
+        ({"learner_batch": 10**20, "scheduler": "hybrid"}, "learner_batch", ""),
+        ({"torch_threads": 10**20}, "torch_threads", ""),
+        ({"total_env_steps": 10**30}, "total_env_steps", ""),
+        ({"step_cost_s": 1e308}, "step_cost_s", ""),
+        ({"task_overhead_s": 1e308}, "task_overhead_s", ""),
+        ({"bandwidth_mbps": 1e-300}, "bandwidth_mbps", ""),
+        ({"straggler_slowdown": 1e308, "cluster": "stragglers"}, "straggler_slowdown", ""),
+        ({"jitter_sigma": 1e3}, "jitter_sigma", ""),
+        ({"ppo_epochs": 10**12, "algo": "ppo"}, "ppo_epochs", ""),
+        (
+            {"algo": "ppo", "ppo_minibatches": 20, "rollout_steps": 5, "envs_per_worker": 2},
+            "ppo_minibatches",
+            "10 samples",
+        ),
+    ],
+)
+def test_numbers_beyond_what_can_run_are_refused(changes, field, reason):
+    with pytest.raises(ConfigError, match=rf"^{field}: .*{reason}") as exc:
+        TrainConfig(**changes).validate()
+    assert "\n" not in str(exc.value)
+
+
+def test_ppo_minibatches_up_to_the_samples_per_task_are_fine():
+    TrainConfig(algo="ppo", ppo_minibatches=10, rollout_steps=5, envs_per_worker=2).validate()
+    # under hybrid the learner's batch holds learner_batch trajectories
+    TrainConfig(
+        algo="ppo", scheduler="hybrid", learner_batch=4, ppo_minibatches=40, rollout_steps=5
+    ).validate()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"rollout_steps": 10**6, "workers": 4096, "envs_per_worker": 1024}, "rollout_steps"),
+        ({"hidden": 60_000, "layers": 60}, "hidden"),
+        (
+            {"scheduler": "hybrid", "algo": "nstep_q", "replay_capacity": 10**12, "hidden": 8},
+            "replay_capacity",
+        ),
+    ],
+)
+def test_runs_that_cannot_fit_in_memory_are_refused_before_anything_is_written(
+    changes, field, tmp_path
+):
+    from hybrid.core.loop import check_config
+
+    cfg = TrainConfig(out=str(tmp_path / "run"), progress=False, **changes)
+    with pytest.raises(ConfigError, match=rf"^{field}: .*GiB"):
+        check_config(cfg)
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        hybrid.train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_lr_beyond_float32_on_the_command_line_is_one_line_exit_2(tmp_path):
+    proc = _cli("train", "--lr", "1e39", "--out", str(tmp_path / "run"))
+    assert "float32" in _one_line_error(proc, "lr")
+    assert not (tmp_path / "run").exists()
+
+
+def _strict(text: str) -> object:
+    def refuse(token: str) -> None:
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_files_never_hold_nan_or_infinity(tmp_path):
+    from hybrid.tracking import Tracker, write_json_atomic
+
+    write_json_atomic(tmp_path / "summary.json", {"a": float("inf"), "b": [1.0, float("nan")]})
+    assert _strict((tmp_path / "summary.json").read_text()) == {"a": None, "b": [1.0, None]}
+    tracker = Tracker(TrainConfig(progress=False), tmp_path)
+    tracker.log({"kind": "train", "x": float("-inf"), "hist": [float("nan"), 2.0]})
+    tracker.close()
+    (row,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert _strict(row) == {"kind": "train", "x": None, "hist": [None, 2.0]}

@@ -643,6 +643,66 @@ def check_head(cfg: TrainConfig, info: EnvInfo) -> None:
         )
 
 
+def check_config(cfg: TrainConfig) -> EnvInfo:
+    """Everything ``train`` checks before it writes or starts anything: the fields, the env
+    (and its wrappers), the head, and whether the run fits in this machine's memory."""
+    cfg.validate()
+    info = describe(cfg.env, cfg)
+    check_head(cfg, info)
+    check_resources(cfg, info)
+    return info
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: assume a large machine
+        return 2**40
+
+
+def check_resources(cfg: TrainConfig, info: EnvInfo, memory: int | None = None) -> None:
+    """Refuse a run whose buffers or networks cannot fit in memory, with the estimate.
+
+    Rough lower bounds, not a budget: the run also needs torch, the envs and the logs."""
+    memory = _memory_bytes() if memory is None else memory
+    gib = 2**30
+    obs_bytes = info.obs_dim * (1 if info.obs_dtype == "uint8" else 4)
+    # every worker of the serial runtime (and every parallel one) holds one rollout;
+    # per step: an observation, action, reward, done, value, log-probability
+    per_step = obs_bytes + 4 * (max(info.action_dim, 1) + 5)
+    rollouts = cfg.workers * cfg.envs_per_worker * cfg.rollout_steps * per_step
+    if cfg.scheduler == "hybrid":  # the learner's batch as well
+        rollouts += cfg.learner_batch * cfg.envs_per_worker * cfg.rollout_steps * per_step
+    if rollouts > memory:
+        raise ConfigError(
+            f"rollout_steps: {cfg.workers} workers x {cfg.envs_per_worker} envs x "
+            f"{cfg.rollout_steps} steps need ~{rollouts / gib:,.1f} GiB of rollout buffers, "
+            f"more than this machine's {memory / gib:,.1f} GiB; lower rollout_steps, "
+            "envs_per_worker or workers"
+        )
+    width = cfg.hidden
+    trunk = info.obs_dim * width + max(cfg.layers - 1, 0) * width * width
+    if cfg.layers == 0:
+        trunk = info.obs_dim
+    params = 2 * (trunk + width * (info.action_dim + 1))  # actor and critic
+    # parameters, gradients and two optimizer statistics for the global model and each
+    # worker's copy
+    model = 4 * 4 * params * (cfg.workers + 1)
+    if model > memory:
+        raise ConfigError(
+            f"hidden: {cfg.layers} layers of {cfg.hidden} units are ~{params:,} parameters, "
+            f"~{model / gib:,.1f} GiB for the global model and {cfg.workers} workers' copies, "
+            f"more than this machine's {memory / gib:,.1f} GiB; lower hidden, layers or workers"
+        )
+    if cfg.scheduler == "hybrid" and cfg.algo == "nstep_q":
+        replay = cfg.replay_capacity * (2 * obs_bytes + 4 * 4)  # obs, next obs, a, r, done, p
+        if replay > memory:
+            raise ConfigError(
+                f"replay_capacity: {cfg.replay_capacity:,} transitions need "
+                f"~{replay / gib:,.1f} GiB, more than this machine's {memory / gib:,.1f} GiB"
+            )
+
+
 def prepare_run_dir(cfg: TrainConfig) -> Path:
     if cfg.out:
         run_dir = Path(cfg.out)
@@ -759,9 +819,7 @@ def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitSta
         # hybrid/defaults.py (keyword overrides always win); config.json records the result
         cfg = apply_env_defaults(cfg, keep=overrides)
         cfg = apply_runtime_defaults(cfg, keep=overrides)
-    cfg.validate()
-    info = describe(cfg.env, cfg)
-    check_head(cfg, info)
+    info = check_config(cfg)
     created: list[Path] = []
     if resume_state is not None:
         run_dir = Path(cfg.out)
@@ -844,4 +902,13 @@ def _stop_on_signals(training: Training) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-__all__ = ["LOCK_NAME", "Diverged", "Interrupted", "Result", "Training", "params_sha256", "train"]
+__all__ = [
+    "LOCK_NAME",
+    "Diverged",
+    "Interrupted",
+    "Result",
+    "Training",
+    "check_config",
+    "params_sha256",
+    "train",
+]
