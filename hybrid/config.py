@@ -445,6 +445,35 @@ class TrainConfig:
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
         self._check_upper_bounds()
+        self._check_no_dead_flags(is_multiagent_id(self.env))
+
+    def _check_no_dead_flags(self, multiagent: bool) -> None:
+        """A field changed from its default where it has no effect is refused: a run (or a
+        sweep varying it) would otherwise report a knob that did nothing."""
+        defaults = TrainConfig()
+        given = {
+            f.name
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        }
+        applies_when = {
+            "staleness_bound": (self.scheduler == "bounded", "with --scheduler bounded"),
+            "staleness_aware_lr": (self.scheduler == "bounded", "with --scheduler bounded"),
+            "param_sharing": (multiagent, "on multi-agent (PettingZoo) envs"),
+            "agent_id": (multiagent, "on multi-agent (PettingZoo) envs"),
+            "critic": (multiagent, "on multi-agent (PettingZoo) envs"),
+            "ray_address": (self.runtime == "ray", "with --runtime ray"),
+            "wandb_checkpoint": (
+                self.track and self.checkpoint_every > 0,
+                "with --track and --checkpoint-every N",
+            ),
+        }
+        for name, (applies, when) in applies_when.items():
+            if name in given and not applies:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} has no effect here; it applies only "
+                    f"{when} (leave it at {getattr(defaults, name)!r})"
+                )
 
     def _check_upper_bounds(self) -> None:
         """Upper bounds: what can run at all. Memory that depends on the env's spaces is

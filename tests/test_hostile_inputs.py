@@ -412,3 +412,66 @@ def test_json_files_never_hold_nan_or_infinity(tmp_path):
     tracker.close()
     (row,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert _strict(row) == {"kind": "train", "x": None, "hist": [None, 2.0]}
+
+
+# --- item 10: a flag that does nothing under the chosen scheduler/runtime/env is refused ------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"scheduler": "sync", "staleness_bound": 2}, "staleness_bound"),
+        ({"scheduler": "async", "staleness_aware_lr": True}, "staleness_aware_lr"),
+        ({"param_sharing": "none"}, "param_sharing"),
+        ({"agent_id": False}, "agent_id"),
+        ({"critic": "central"}, "critic"),
+        ({"wandb_checkpoint": True, "checkpoint_every": 10}, "wandb_checkpoint"),
+        ({"wandb_checkpoint": True, "track": True}, "wandb_checkpoint"),
+        ({"ray_address": "10.0.0.1:6379"}, "ray_address"),
+    ],
+)
+def test_a_flag_that_does_nothing_here_is_refused(changes, field):
+    with pytest.raises(ConfigError, match=rf"^{field}: ") as exc:
+        TrainConfig(**changes).validate()
+    assert "\n" not in str(exc.value)
+
+
+def test_the_same_flags_where_they_apply_are_fine():
+    TrainConfig(scheduler="bounded", staleness_bound=2, staleness_aware_lr=True).validate()
+    TrainConfig(env="mpe2/simple_spread_v3", algo="mappo", param_sharing="none").validate()
+    TrainConfig(track=True, wandb_checkpoint=True, checkpoint_every=10).validate()
+    TrainConfig(runtime="ray", ray_address="10.0.0.1:6379").validate()
+
+
+@pytest.mark.parametrize("env", ["Pendulum-v1", "LunarLander-v3", "mpe2/simple_spread_v3"])
+def test_env_defaults_never_set_a_flag_that_does_nothing(env):
+    from hybrid.defaults import apply_env_defaults
+
+    for scheduler in ("sync", "async", "bounded", "hybrid", "fedavg"):
+        cfg = apply_env_defaults(TrainConfig(env=env, scheduler=scheduler))
+        if cfg.algo in ("mappo", "ippo") and scheduler in ("hybrid", "fedavg"):
+            continue  # refused for other reasons
+        try:
+            cfg.validate()
+        except ConfigError as exc:
+            pytest.fail(f"{env} under {scheduler}: {exc}")
+
+
+def test_a_sweep_varying_a_knob_that_does_nothing_is_refused(tmp_path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        "method: grid\n"
+        "parameters:\n"
+        "  scheduler: {value: sync}\n"
+        "  total_env_steps: {value: 200}\n"
+        "  staleness_bound: {values: [1, 2]}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "hybrid.cli", "sweep", str(sweep), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, WANDB_MODE="offline"),
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "staleness_bound" in proc.stderr and "Traceback" not in proc.stderr
