@@ -41,6 +41,8 @@ class EnvInfo:
     factory: Callable[[], Any] | None = None
     """The callable registered for this env id (register_env), carried to every worker so
     that a spawned process or a Ray actor builds the same env without the registry."""
+    wrappers: tuple[tuple[str, Callable[..., Any]], ...] = ()
+    """The registered wrappers (register_wrapper) the config names, carried the same way."""
 
     @property
     def image(self) -> bool:
@@ -70,6 +72,16 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
 
         return describe_pettingzoo(env_id)
     factory = resolve_factory(env_id)
+    wrappers = registered_wrappers(cfg.wrappers if cfg is not None else "")
+    if wrappers and cfg is not None and cfg.runtime == "processes":
+        try:  # like the factory: spawned workers receive them pickled (by reference)
+            pickle.dumps(wrappers)
+        except Exception as exc:
+            raise ConfigError(
+                f"wrappers: a registered wrapper cannot be sent to worker processes "
+                f"({_first_line(exc)}); define it at module level, or use the serial or "
+                "ray runtime"
+            ) from None
     if factory is not None and cfg is not None and cfg.runtime == "processes":
         try:  # spawned worker processes receive the factory pickled (by reference)
             pickle.dumps(factory)
@@ -105,6 +117,7 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
                 obs_shape=obs_shape if image else (),
                 obs_dtype=obs_dtype,
                 factory=factory,
+                wrappers=wrappers,
             )
         if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
             return EnvInfo(
@@ -118,6 +131,7 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
                 obs_shape=obs_shape if image else (),
                 obs_dtype=obs_dtype,
                 factory=factory,
+                wrappers=wrappers,
             )
         raise ConfigError(
             f"env: {env_id!r} has action space {act_space}; supported are Discrete and 1-D Box"
@@ -329,6 +343,16 @@ _ALLOWED = (
 )
 
 
+def registered_wrappers(text: str) -> tuple[tuple[str, Callable[..., Any]], ...]:
+    """The (name, fn) pairs of ``register_wrapper`` that ``text`` names."""
+    names = []
+    for item in (part.strip() for part in str(text).split(";")):
+        name = item.split("(", 1)[0].strip()
+        if name in _WRAPPERS and name not in names:
+            names.append(name)
+    return tuple((name, _WRAPPERS[name]) for name in names)
+
+
 def _is_env_wrapper(obj: object) -> bool:
     return isinstance(obj, type) and issubclass(obj, gym.Wrapper)
 
@@ -390,6 +414,8 @@ def make_vector_env(
         return make_pettingzoo_vector_env(env_id, num_envs)  # type: ignore[return-value]
     factory = info.factory if info is not None and info.factory is not None else None
     factory = factory or resolve_factory(env_id)
+    for name, fn in info.wrappers if info is not None else ():
+        _WRAPPERS.setdefault(name, fn)  # a worker process: its registry starts empty
     if not _plain(env_id, cfg, factory):
         return gym.vector.SyncVectorEnv(
             [functools.partial(make_env, env_id, cfg, evaluation, factory)] * num_envs,

@@ -475,3 +475,18 @@ def test_a_sweep_varying_a_knob_that_does_nothing_is_refused(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert "staleness_bound" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_registered_wrappers_travel_to_workers_with_the_env_info(tmp_path):
+    from hybrid.envs import _WRAPPERS, describe, make_vector_env
+
+    envs.register_wrapper("halve_rewards_for_workers", _halve_rewards)
+    cfg = TrainConfig(wrappers="halve_rewards_for_workers(0.5); TimeLimit(7)")
+    info = describe(cfg.env, cfg)
+    assert info.wrappers == (("halve_rewards_for_workers", _halve_rewards),)
+    del _WRAPPERS["halve_rewards_for_workers"]  # as in a spawned worker process
+    vector = make_vector_env(cfg.env, 1, cfg, info)
+    vector.reset(seed=0)
+    _, reward, *_ = vector.step(vector.action_space.sample())
+    assert float(reward[0]) == 0.5
+    vector.close()
