@@ -323,8 +323,8 @@ def register_wrapper(name: str, fn: Callable[..., Any]) -> None:
     return the wrapped env. Only names registered here (besides ``gymnasium.Wrapper``
     subclasses) may appear, so a config file cannot chain arbitrary callables.
 
-    On the processes runtime a worker re-imports hybrid and resolves the name there: register
-    from a module the workers import as well (e.g. the one that defines ``fn``).
+    ``fn`` travels to worker processes with the env's description, pickled like an env
+    factory: a module-level function for ``processes`` (anything cloudpickle takes for Ray).
     """
     if not isinstance(name, str) or not _WRAPPER_NAME.fullmatch(name):
         raise ConfigError(
