@@ -437,8 +437,9 @@ class Training:
     def restore(self, state: dict[str, Any], changed: dict[str, Any] | None = None) -> None:
         """Continue from a checkpoint; ``changed`` names the resumable fields that differ
         from the config it was written under (their cadences start again from here)."""
+        state = from_plain(state)
         try:
-            self._restore(from_plain(state))
+            self._restore(state)
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
             # a checkpoint that does not fit the components (an edited config.json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -446,6 +447,11 @@ class Training:
                 f"resume: the checkpoint does not fit config.json ({first[:160]}); "
                 "restore config.json"
             ) from None
+        # not under the catch above: a parallel runtime restarts its workers here, and their
+        # failures are the runtime's, not the config's (the worker count was checked before)
+        if state["runtime"] and hasattr(self.runtime, "load_state_dict"):
+            self.runtime.load_state_dict(state["runtime"])
+        self.tracker.truncate(state["logs"])
         st, cfg = self.state, self.cfg
         changed = changed or {}
         if "log_every" in changed:
@@ -463,8 +469,6 @@ class Training:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
         self.learner.load_state_dict(state["learner"])
-        if state["runtime"] and hasattr(self.runtime, "load_state_dict"):
-            self.runtime.load_state_dict(state["runtime"])
         loop = dict(state["loop"])
         stats = RunStats(**loop.pop("stats"))
         stats.rejected = Counter(stats.rejected)
@@ -473,7 +477,6 @@ class Training:
         self.state = LoopState(
             stats, **loop, last_eval=tuple(last_eval) if last_eval is not None else None
         )
-        self.tracker.truncate(state["logs"])
 
 
 def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> str:
@@ -551,13 +554,18 @@ def _resume_config(cfg: TrainConfig) -> ResumePlan:
 _NOT_COMPARED = ("out", "resume", *RESUMABLE)
 
 
+def _same_value(a: object, b: object) -> bool:
+    # 1 and 1.0 are one lr (config.json may hold either); True and 1 are not one setting
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
 def _check_same_run(stored: TrainConfig, written: dict[str, Any]) -> None:
     """config.json must still describe the run the checkpoint belongs to."""
     for f in dataclasses.fields(TrainConfig):
         if f.name in _NOT_COMPARED or f.name not in written:
             continue
         now, then = getattr(stored, f.name), written[f.name]
-        if now != then or type(now) is not type(then):
+        if not _same_value(now, then):
             raise ConfigError(
                 f"{f.name}: config.json has {now!r} but the checkpoint was written with "
                 f"{then!r}; a resume continues the same run: restore config.json or start a "
@@ -583,9 +591,9 @@ def _flags_given_on_resume(
         if f.name in ("out", "resume"):
             continue
         value, default = getattr(given, f.name), getattr(defaults, f.name)
-        if value == default and type(value) is type(default):
+        if _same_value(value, default):
             continue  # not given
-        if value == getattr(stored, f.name):
+        if _same_value(value, getattr(stored, f.name)):
             continue  # given as stored: nothing changes
         if f.name not in RESUMABLE:
             raise ConfigError(
