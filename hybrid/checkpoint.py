@@ -88,11 +88,15 @@ def save(run_dir: Path, version: int, state: dict[str, Any], keep: int = 2) -> P
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt-{version:09d}.pt"
     tmp = path.with_suffix(".pt.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write (disk full, a signal) leaves no debris
+        raise
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the rename itself survives a crash
@@ -101,6 +105,17 @@ def save(run_dir: Path, version: int, state: dict[str, Any], keep: int = 2) -> P
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return path
+
+
+def remove_stale_tmp(run_dir: Path) -> None:
+    """Remove the ``*.tmp`` files an interrupted write left (checkpoints, config.json,
+    summary.json): called by a run or resume that holds the run directory's lock, so no
+    other writer can own them."""
+    for folder in (Path(run_dir), checkpoint_dir(run_dir)):
+        if folder.is_dir():
+            for stale in folder.glob("*.tmp"):
+                if stale.is_file() and not stale.is_symlink():
+                    stale.unlink(missing_ok=True)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -258,7 +258,8 @@ class TrainConfig:
     config.json records the values in effect."""
     wrappers: str = ""
     """Wrappers around each env, in order, separated by ';': a gymnasium.wrappers name or a
-    dotted path to a callable f(env, ...), with literal arguments, e.g.
+    dotted path to a gymnasium.Wrapper subclass, or a callable f(env, ...) registered with
+    hybrid.envs.register_wrapper; with literal arguments, e.g.
     "ClipReward(-1, 1); TimeAwareObservation". Applied after the env's own preprocessing."""
     normalize_obs: bool = False
     """Normalize observations by a running mean and variance held in the global model: every
@@ -314,11 +315,16 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        if not isinstance(values, dict):
+            raise ConfigError(f"config: expected a mapping of fields, got {type(values).__name__}")
+        unknown = sorted(set(values) - set(known), key=str)
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown config field")
-        return cls(**values)
+        # A config file (config.json of a resumed run, a notebook's dict) gets the types the
+        # command line's parser would have enforced; validate() then checks the values.
+        typed = {name: _typed(name, value, str(known[name].type)) for name, value in values.items()}
+        return cls(**typed)
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -466,6 +472,152 @@ class TrainConfig:
         _at_least("atari_noop_max", self.atari_noop_max, 0)
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
+        self._check_upper_bounds()
+        self._check_no_dead_flags(is_multiagent_id(self.env))
+
+    def _check_no_dead_flags(self, multiagent: bool) -> None:
+        """A field changed from its default where it has no effect is refused: a run (or a
+        sweep varying it) would otherwise report a knob that did nothing."""
+        defaults = TrainConfig()
+        given = {
+            f.name
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        }
+        applies_when = {
+            "staleness_bound": (self.scheduler == "bounded", "with --scheduler bounded"),
+            "staleness_aware_lr": (self.scheduler == "bounded", "with --scheduler bounded"),
+            "param_sharing": (multiagent, "on multi-agent (PettingZoo) envs"),
+            "agent_id": (multiagent, "on multi-agent (PettingZoo) envs"),
+            "critic": (multiagent, "on multi-agent (PettingZoo) envs"),
+            "ray_address": (self.runtime == "ray", "with --runtime ray"),
+            "wandb_checkpoint": (
+                self.track and self.checkpoint_every > 0,
+                "with --track and --checkpoint-every N",
+            ),
+        }
+        for name, (applies, when) in applies_when.items():
+            if name in given and not applies:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} has no effect here; it applies only "
+                    f"{when} (leave it at {getattr(defaults, name)!r})"
+                )
+
+    def _check_upper_bounds(self) -> None:
+        """Upper bounds: what can run at all. Memory that depends on the env's spaces is
+        checked once the env is known (hybrid.core.loop.check_resources)."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+                # every number ends up in float32 tensors (parameters, optimizer, buffers)
+                raise ConfigError(
+                    f"{f.name}: {value!r} is beyond the float32 range (±{FLOAT32_MAX:.4g}) the "
+                    "parameters and buffers are computed in"
+                )
+        cap = WORKER_CAPS.get(self.runtime, WORKER_CAPS["serial"])
+        _at_most("workers", self.workers, cap[0], cap[1])
+        if self.clients is not None:
+            _at_most("clients", self.clients, 1_000_000, "edge-client profiles are drawn up front")
+        for name, high, why in _INT_CAPS:
+            _at_most(name, getattr(self, name), high, why)
+        for name, high, why in _FLOAT_CAPS:
+            _at_most(name, getattr(self, name), high, why)
+        for name in ("bandwidth_mbps", "client_uplink_mbps", "client_downlink_mbps"):
+            if getattr(self, name) < MIN_MBPS:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} is below {MIN_MBPS} Mbit/s (1 kbit/s); an "
+                    "upload would take longer than the virtual clock can count"
+                )
+        if self.algo in ("ppo", "mappo", "ippo"):
+            samples = self.rollout_steps * self.envs_per_worker
+            where = "per task (rollout_steps x envs_per_worker)"
+            if self.scheduler == "hybrid":  # the learner trains on learner_batch rollouts
+                samples *= self.learner_batch
+                where = "per learner batch (learner_batch x rollout_steps x envs_per_worker)"
+            if self.ppo_minibatches > samples:
+                raise ConfigError(
+                    f"ppo_minibatches: {self.ppo_minibatches} is more than the {samples} samples "
+                    f"{where}; a minibatch would be empty. Use at most {samples}"
+                )
+        for f in dataclasses.fields(self):  # the rest (cadences, bounds, seeds) fit int64
+            value = getattr(self, f.name)
+            big = isinstance(value, int) and not isinstance(value, bool) and value > INT_MAX
+            if big and f.name != "seed":  # seeds have their own range, [0, 2**63)
+                raise ConfigError(f"{f.name}: {value} is beyond 2**62, more than any run reaches")
+
+
+_TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
+
+
+def _typed(name: str, value: object, annotation: str) -> Any:
+    kinds = [part.strip() for part in annotation.split("|")]
+    if value is None and "None" in kinds:
+        return None
+    for kind in kinds:
+        if kind == "bool" and isinstance(value, bool):
+            return value
+        if kind == "str" and isinstance(value, str):
+            return value
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    expected = " or ".join(_TYPE_NAMES.get(k, "null" if k == "None" else k) for k in kinds)
+    raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+INT_MAX = 2**62
+MIN_MBPS = 1e-3
+
+# workers per runtime: the serial runtime simulates many on one clock (each still holds its
+# envs and model copy); a process costs an interpreter with torch (~150 MB); an actor more.
+WORKER_CAPS: dict[str, tuple[int, str]] = {
+    "serial": (10_000, "the serial runtime holds every worker's envs and model in one process"),
+    "processes": (256, "each worker is an OS process with its own torch (~150 MB)"),
+    "ray": (1_024, "each worker is a Ray actor with its own torch"),
+}
+
+_INT_CAPS: tuple[tuple[str, int, str], ...] = (
+    ("envs_per_worker", 4_096, "each env is its own simulator instance"),
+    ("rollout_steps", 1_000_000, "a worker holds its whole rollout in memory"),
+    ("total_env_steps", 10**13, "a budget beyond 10**13 env steps does not finish"),
+    ("hidden", 65_536, "the networks are dense"),
+    ("layers", 64, "deeper tanh MLPs do not train"),
+    ("eval_episodes", 1_000, "the evaluator steps one env per episode at once"),
+    ("learner_batch", 10_000, "the learner holds a batch of whole trajectories"),
+    ("replay_capacity", 2**40, "the replay is held in memory"),
+    ("replay_batch", 1_000_000, "a minibatch is one forward pass"),
+    ("learner_updates", 100_000, "the learner runs them between actor batches"),
+    ("q_nstep", 10_000, "n-step transitions are built in memory"),
+    ("local_steps", 1_000_000, "a client runs them within one round"),
+    ("client_eval_clients", 100_000, "each evaluated client builds its envs"),
+    ("client_eval_episodes", 1_000, "episodes per evaluated client run at once"),
+    ("ppo_epochs", 10_000, "every epoch passes over the whole rollout"),
+    ("torch_threads", 1_024, "torch's thread pool"),
+    ("keep_checkpoints", 100_000, "every kept checkpoint is a file of the full state"),
+    ("atari_frame_skip", 1_000, "frames per agent step"),
+    ("atari_frame_stack", 256, "stacked frames are held per observation"),
+    ("atari_noop_max", 1_000_000, "no-ops at the start of each game"),
+)
+_FLOAT_CAPS: tuple[tuple[str, float, str], ...] = (
+    # the virtual clock's cost model: its sums must stay finite over a whole run
+    ("step_cost_s", 3_600.0, "virtual seconds per env step (an hour)"),
+    ("task_overhead_s", 86_400.0, "virtual seconds per task (a day)"),
+    ("straggler_slowdown", 1e6, "times slower than the rest"),
+    ("speed_sigma", 10.0, "a lognormal sigma of speeds (e**10 apart already)"),
+    ("jitter_sigma", 10.0, "a lognormal sigma of task durations"),
+    ("client_link_sigma", 10.0, "a lognormal sigma of link speeds"),
+    ("bandwidth_mbps", 1e9, "Mbit/s (a petabit link)"),
+    ("client_uplink_mbps", 1e9, "Mbit/s (a petabit link)"),
+    ("client_downlink_mbps", 1e9, "Mbit/s (a petabit link)"),
+    ("round_deadline_s", 1e9, "seconds (about 30 years)"),
+)
+
+
+def _at_most(name: str, value: object, high: float, why: str) -> None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > high:
+        raise ConfigError(f"{name}: {value!r} is more than {high:,} can run ({why})")
 
     def _check_cluster(self) -> None:
         from hybrid.cluster_profile import ClusterProfile, is_profile_path

@@ -6,6 +6,7 @@ import ast
 import functools
 import importlib
 import pickle
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ class EnvInfo:
     that a spawned process or a Ray actor builds the same env without the registry."""
     n_agents: int = 0
     """A PettingZoo env's agent slots (``possible_agents``); 0 for a Gymnasium env."""
+    wrappers: tuple[tuple[str, Callable[..., Any]], ...] = ()
+    """The registered wrappers (register_wrapper) the config names, carried the same way."""
 
     @property
     def image(self) -> bool:
@@ -77,6 +80,16 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
 
         return describe_pettingzoo(env_id)
     factory = resolve_factory(env_id)
+    wrappers = registered_wrappers(cfg.wrappers if cfg is not None else "")
+    if wrappers and cfg is not None and cfg.runtime == "processes":
+        try:  # like the factory: spawned workers receive them pickled (by reference)
+            pickle.dumps(wrappers)
+        except Exception as exc:
+            raise ConfigError(
+                f"wrappers: a registered wrapper cannot be sent to worker processes "
+                f"({_first_line(exc)}); define it at module level, or use the serial or "
+                "ray runtime"
+            ) from None
     if factory is not None and cfg is not None and cfg.runtime == "processes":
         try:  # spawned worker processes receive the factory pickled (by reference)
             pickle.dumps(factory)
@@ -112,6 +125,7 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
                 obs_shape=obs_shape if image else (),
                 obs_dtype=obs_dtype,
                 factory=factory,
+                wrappers=wrappers,
             )
         if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
             return EnvInfo(
@@ -125,6 +139,7 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
                 obs_shape=obs_shape if image else (),
                 obs_dtype=obs_dtype,
                 factory=factory,
+                wrappers=wrappers,
             )
         raise ConfigError(
             f"env: {env_id!r} has action space {act_space}; supported are Discrete and 1-D Box"
@@ -268,8 +283,9 @@ def _first_line(exc: BaseException) -> str:
 def parse_wrappers(text: str) -> list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]:
     """``"ClipReward(-1, 1); TimeAwareObservation"`` -> [(wrapper, args, kwargs), ...].
 
-    Each item is a Gymnasium wrapper name (``gymnasium.wrappers``) or a dotted path to any
-    callable ``f(env, ...) -> env``, optionally called with literal arguments. They wrap
+    Each item is a Gymnasium wrapper name (``gymnasium.wrappers``), a dotted path to a
+    ``gymnasium.Wrapper`` subclass, or a name given to ``register_wrapper``, optionally called
+    with literal arguments; anything else is refused. They wrap
     each env in order, after the env's own preprocessing (e.g. Atari's).
     """
     out = []
@@ -310,22 +326,68 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
+def register_wrapper(name: str, fn: Callable[..., Any]) -> None:
+    """Make ``name`` usable in ``TrainConfig.wrappers``: ``fn(env, *args, **kwargs)`` must
+    return the wrapped env. Only names registered here (besides ``gymnasium.Wrapper``
+    subclasses) may appear, so a config file cannot chain arbitrary callables.
+
+    ``fn`` travels to worker processes with the env's description, pickled like an env
+    factory: a module-level function for ``processes`` (anything cloudpickle takes for Ray).
+    """
+    if not isinstance(name, str) or not _WRAPPER_NAME.fullmatch(name):
+        raise ConfigError(
+            f"wrappers: a registered wrapper needs a (dotted) identifier as its name, got {name!r}"
+        )
+    if not callable(fn):
+        raise ConfigError(f"wrappers: the wrapper registered as {name!r} is {fn!r}, not callable")
+    _WRAPPERS[name] = fn
+
+
+_WRAPPERS: dict[str, Callable[..., Any]] = {}
+_WRAPPER_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_ALLOWED = (
+    "a gymnasium.wrappers name, a dotted path to a gymnasium.Wrapper subclass, or a callable "
+    "registered with hybrid.envs.register_wrapper"
+)
+
+
+def registered_wrappers(text: str) -> tuple[tuple[str, Callable[..., Any]], ...]:
+    """The (name, fn) pairs of ``register_wrapper`` that ``text`` names."""
+    names = []
+    for item in (part.strip() for part in str(text).split(";")):
+        name = item.split("(", 1)[0].strip()
+        if name in _WRAPPERS and name not in names:
+            names.append(name)
+    return tuple((name, _WRAPPERS[name]) for name in names)
+
+
+def _is_env_wrapper(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, gym.Wrapper)
+
+
 def _wrapper_callable(path: str, item: str) -> Callable[..., Any]:
+    # Only env wrappers: a dotted path to any callable would let a config file (or a
+    # resumed run's config.json) chain e.g. operator.add and os.system into a shell command.
+    if path in _WRAPPERS:
+        return _WRAPPERS[path]
     if "." not in path:
         wrapper = getattr(gym.wrappers, path, None)
-        if not isinstance(wrapper, type) or not issubclass(wrapper, gym.Wrapper):
+        if not _is_env_wrapper(wrapper):
             raise ConfigError(
                 f"wrappers: {path!r} is not a gymnasium.wrappers wrapper (e.g. ClipReward, "
-                "NormalizeObservation, TimeLimit); a dotted path names your own"
+                "NormalizeObservation, TimeLimit) nor registered with "
+                "hybrid.envs.register_wrapper; a dotted path names a gymnasium.Wrapper subclass"
             )
-        return wrapper
+        return wrapper  # type: ignore[return-value]
     module, _, attr = path.rpartition(".")
     try:
         wrapper = getattr(importlib.import_module(module), attr)
     except Exception as exc:  # a module that fails to import for any reason
-        raise ConfigError(f"wrappers: cannot find {path!r} for {item!r}: {exc}") from None
-    if not callable(wrapper):
-        raise ConfigError(f"wrappers: {path!r} is not callable")
+        raise ConfigError(
+            f"wrappers: cannot find {path!r} for {item!r}: {_first_line(exc)}"
+        ) from None
+    if not _is_env_wrapper(wrapper):
+        raise ConfigError(f"wrappers: {path!r} is not allowed; use {_ALLOWED}")
     return wrapper
 
 
@@ -360,6 +422,8 @@ def make_vector_env(
         return make_pettingzoo_vector_env(env_id, num_envs)  # type: ignore[return-value]
     factory = info.factory if info is not None and info.factory is not None else None
     factory = factory or resolve_factory(env_id)
+    for name, fn in info.wrappers if info is not None else ():
+        _WRAPPERS.setdefault(name, fn)  # a worker process: its registry starts empty
     if not _plain(env_id, cfg, factory):
         return gym.vector.SyncVectorEnv(
             [functools.partial(make_env, env_id, cfg, evaluation, factory)] * num_envs,

@@ -30,21 +30,33 @@ PROFILE_COPY = "cluster_profile.json"
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write to a temporary file, fsync, rename: readers never see half a file."""
+    """Write to a temporary file, fsync, rename: readers never see half a file.
+
+    Non-finite numbers become null: strict JSON readers refuse NaN and Infinity."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
+        json.dump(finite_json(data), f, indent=2, sort_keys=True, allow_nan=False)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def _clean(value: Any) -> Any:
-    # JSON has no NaN or Infinity; write null rather than an unreadable token.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+def finite_json(value: Any) -> Any:
+    """``value`` with every non-finite float (also inside lists and dicts) as None: JSON has
+    no NaN or Infinity, and null is what strict readers accept."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
     return value
+
+
+def _number(value: float) -> str:
+    # repr() of a finite float is what json writes; the rest is null
+    return repr(value) if math.isfinite(value) else "null"
 
 
 class Console:
@@ -175,7 +187,7 @@ class Tracker:
 
     def log(self, row: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
         """One metrics.jsonl row; ``histograms`` (raw samples) go to wandb only."""
-        self._jsonl.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+        self._jsonl.write(json.dumps(finite_json(row), allow_nan=False) + "\n")
         self._jsonl.flush()
         if self.wandb is not None:
             self.wandb.log(row, histograms)
@@ -191,8 +203,8 @@ class Tracker:
         start, end = float(update.started_s), float(update.finished_s)
         tau = "null" if staleness is None else int(staleness)
         self._spans.write(
-            f'{{"worker": {int(update.worker_id)}, "start": {start!r}, '
-            f'"upload_start": {end - float(update.upload_s)!r}, "end": {end!r}, '
+            f'{{"worker": {int(update.worker_id)}, "start": {_number(start)}, '
+            f'"upload_start": {_number(end - float(update.upload_s))}, "end": {_number(end)}, '
             f'"base_version": {int(update.base_version)}, "staleness": {tau}, '
             f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}}}\n'
         )

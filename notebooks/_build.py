@@ -181,11 +181,12 @@ BOUNDS = [0, 1, 4, 16, None]  # None: async, no bound
     code("""
 runs = {}
 for bound in BOUNDS:
-    for aware in (False, True):
+    # async has neither a bound nor the staleness-aware step (both are bounded's knobs)
+    for aware in (False,) if bound is None else (False, True):
+        knobs = {} if bound is None else {"staleness_bound": bound, "staleness_aware_lr": aware}
         for seed in SEEDS:
             cfg = TrainConfig(
-                scheduler="async" if bound is None else "bounded",
-                staleness_bound=bound or 0, staleness_aware_lr=aware,
+                scheduler="async" if bound is None else "bounded", **knobs,
                 cluster="stragglers", straggler_fraction=0.25, straggler_slowdown=4.0,
                 seed=seed, total_env_steps=BUDGET, stop_when_solved=False, eval_every=4_000,
                 out=f"runs/staleness/s={bound}-aware={aware}-seed={seed}", progress=False,

@@ -133,6 +133,11 @@ def fixed_budget(tiny_config):
     return make
 
 
+def _bound(scheduler: str, bound: int) -> dict:
+    """staleness_bound where it applies (validate refuses it under other schedulers)."""
+    return {"staleness_bound": bound} if scheduler == "bounded" else {}
+
+
 def _check_summary(result, runtime: str) -> dict:
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert not SUMMARY_KEYS - set(summary), "summary.json lacks keys"
@@ -191,7 +196,7 @@ def test_processes_every_scheduler_writes_a_complete_summary(
 ):
     cfg = fixed_budget(
         runtime="processes", scheduler=scheduler, workers=2, lock_free=lock_free,
-        total_env_steps=1_500, staleness_bound=1,
+        total_env_steps=1_500, **_bound(scheduler, 1),
     )  # fmt: skip
     result = hybrid.train(cfg)
     summary = _check_summary(result, "processes")
@@ -301,7 +306,7 @@ def test_processes_worker_killed_twice_run_completes(
 
     _kill_on_dispatch(monkeypatch, ProcessRuntime, sigkill_in_flight, worker=0, at=(3, 12))
     cfg = fixed_budget(
-        runtime="processes", scheduler=scheduler, workers=2, staleness_bound=0,
+        runtime="processes", scheduler=scheduler, workers=2, **_bound(scheduler, 0),
         total_env_steps=2_000, log_every=50,
     )  # fmt: skip
     result = hybrid.train(cfg)
@@ -449,7 +454,7 @@ def test_ray_local_instance_is_loopback_only(ray_session):
 def test_ray_schedulers_write_a_complete_summary(fixed_budget, ray_session, scheduler):
     result = hybrid.train(
         fixed_budget(
-            runtime="ray", scheduler=scheduler, workers=2, staleness_bound=1,
+            runtime="ray", scheduler=scheduler, workers=2, **_bound(scheduler, 1),
             total_env_steps=1_500,
         )
     )  # fmt: skip

@@ -197,14 +197,15 @@ def test_hogwild_workers_measure_tau_on_the_shared_apply_counter(tmp_path, monke
     ],
 )
 def test_one_worker_has_zero_staleness(tiny_config, runtime, scheduler, lock_free):
+    bound = {"staleness_bound": 1} if scheduler == "bounded" else {}
     cfg = tiny_config(
         runtime=runtime,
         scheduler=scheduler,
         workers=1,
         lock_free=lock_free,
-        staleness_bound=1,
         total_env_steps=1_000,
         stop_when_solved=False,
+        **bound,
     )
     summary = hybrid.train(cfg).summary
     assert summary["updates"] > 0

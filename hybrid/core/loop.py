@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
+import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import warnings
@@ -242,6 +246,9 @@ class Training:
         self.excluded_s = 0.0  # evaluation and checkpoint time: not training
         self.stop_signal: int | None = None
         self.last_checkpoint: Path | None = None
+        self.writing_checkpoint = False
+        self.deferred_signal: int | None = None
+        """A second stop signal that arrived while a checkpoint was being written."""
 
     # --- time and rows -------------------------------------------------------------------------
 
@@ -408,6 +415,7 @@ class Training:
         started = time.perf_counter()
         state = {
             "format": 1,
+            "config": self.cfg.to_dict(),  # a resume checks config.json against it
             "global_model": self.global_model.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scheduler_rng": self.scheduler.rng.bit_generator.state,
@@ -417,11 +425,19 @@ class Training:
             "loop": self._loop_state(),
             "logs": self.tracker.offsets(),
         }
-        path = checkpoint.save(
-            self.run_dir, self.global_model.version, to_plain(state), self.cfg.keep_checkpoints
-        )
-        self.last_checkpoint = path
+        # A signal that would stop the run now waits for the write (see _stop_on_signals):
+        # raised inside torch.save it left a torn file and a traceback.
+        self.writing_checkpoint = True
+        try:
+            path = checkpoint.save(
+                self.run_dir, self.global_model.version, to_plain(state), self.cfg.keep_checkpoints
+            )
+            self.last_checkpoint = path
+        finally:
+            self.writing_checkpoint = False
         self.excluded_s += time.perf_counter() - started
+        if self.deferred_signal is not None:
+            raise Interrupted(self.deferred_signal, path)
         return path
 
     def _loop_state(self) -> dict[str, Any]:
@@ -434,16 +450,43 @@ class Training:
         stats["staleness"] = dict(stats["staleness"])
         return plain(self.state) | {"stats": stats, "train_s_before": self.train_s()}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: dict[str, Any], changed: dict[str, Any] | None = None) -> None:
+        """Continue from a checkpoint; ``changed`` names the resumable fields that differ
+        from the config it was written under (their cadences start again from here)."""
         state = from_plain(state)
+        try:
+            self._restore(state)
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+            # a checkpoint that does not fit the components (an edited config.json)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"resume: the checkpoint does not fit config.json ({first[:160]}); "
+                "restore config.json"
+            ) from None
+        # not under the catch above: a parallel runtime restarts its workers here, and their
+        # failures are the runtime's, not the config's (the worker count was checked before)
+        if state["runtime"] and hasattr(self.runtime, "load_state_dict"):
+            self.runtime.load_state_dict(state["runtime"])
+        self.tracker.truncate(state["logs"])
+        st, cfg = self.state, self.cfg
+        changed = changed or {}
+        if "log_every" in changed:
+            st.next_log = st.stats.env_steps + cfg.log_every
+        if "eval_every" in changed:
+            st.next_eval = st.stats.env_steps + cfg.eval_every
+        if "checkpoint_every" in changed or not cfg.checkpoint_every:
+            # 0 turns checkpoints off; the loop's cadence must never add 0
+            st.next_checkpoint = (
+                self.global_model.version + cfg.checkpoint_every if cfg.checkpoint_every else 2**62
+            )
+
+    def _restore(self, state: dict[str, Any]) -> None:
         self.global_model.load_state_dict(state["global_model"])
         self.scheduler.load_state_dict(state["scheduler"])
         if "scheduler_rng" in state:  # checkpoints from before the scheduler had one
             self.scheduler.rng.bit_generator.state = state["scheduler_rng"]
         self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
         self.learner.load_state_dict(state["learner"])
-        if state["runtime"] and hasattr(self.runtime, "load_state_dict"):
-            self.runtime.load_state_dict(state["runtime"])
         loop = dict(state["loop"])
         stats = RunStats(**loop.pop("stats"))
         stats.rejected = Counter(stats.rejected)
@@ -452,7 +495,6 @@ class Training:
         self.state = LoopState(
             stats, **loop, last_eval=tuple(last_eval) if last_eval is not None else None
         )
-        self.tracker.truncate(state["logs"])
 
 
 def staleness(update: Update, version: int) -> int:
@@ -474,22 +516,148 @@ def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> s
     return " | ".join(parts)
 
 
-def _resume_config(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+def _check_resume_dir(cfg: TrainConfig) -> None:
+    if not (Path(cfg.resume) / "config.json").is_file():
+        raise ConfigError(f"resume: {cfg.resume!r} is not a run directory (no config.json)")
+
+
+RESUMABLE = (
+    "total_env_steps",
+    "stop_when_solved",
+    "log_every",
+    "eval_every",
+    "eval_episodes",
+    "progress",
+    "track",
+    "wandb_project",
+    "wandb_checkpoint",
+    "exp_name",
+    "checkpoint_every",
+    "keep_checkpoints",
+)
+"""Fields a resume may change (budget; logging, evaluation, progress, tracking and checkpoint
+cadence): they change what is recorded and when, not the run's dynamics. A flag given with
+--resume that differs from the stored config and is not listed here is refused."""
+
+
+@dataclass
+class ResumePlan:
+    """What ``_resume_config`` decided: the config to run, the checkpoint, and the
+    resumable fields that differ from the config the checkpoint was written under."""
+
+    cfg: TrainConfig
+    state: dict[str, Any]
+    changed: dict[str, Any]
+    stored: dict[str, Any]
+    """config.json as found (rewritten with ``changed`` once the resume has started)."""
+
+
+def _resume_config(cfg: TrainConfig) -> ResumePlan:
     run_dir = Path(cfg.resume)
     try:
         stored = json.loads((run_dir / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         raise ConfigError(
-            f"resume: {cfg.resume!r} is not a run directory (no config.json)"
+            f"resume: {cfg.resume!r} is not a run directory (no readable config.json)"
         ) from None
     if (run_dir / "summary.json").exists():
         raise ConfigError(f"resume: {cfg.resume!r} already finished (it has a summary.json)")
+    # config.json is untrusted input: typed and validated like the command line (train()
+    # validates the result), never imported from or called before that
+    stored_cfg = TrainConfig.from_dict(stored)
     try:
         _, state = checkpoint.load_latest(run_dir)
     except checkpoint.CheckpointError as exc:
         raise ConfigError(f"resume: {exc}") from None
-    stored_cfg = TrainConfig.from_dict(stored).replace(out=str(run_dir), resume=str(run_dir))
-    return stored_cfg, state
+    written = state.get("config")
+    if isinstance(written, dict):  # checkpoints since issue 20 record their config
+        _check_same_run(stored_cfg, written)
+    changes = _flags_given_on_resume(cfg, stored_cfg, run_dir)
+    resumed = stored_cfg.replace(**changes, out=str(run_dir), resume=str(run_dir))
+    before = written if isinstance(written, dict) else stored_cfg.to_dict()
+    changed = {k: getattr(resumed, k) for k in RESUMABLE if getattr(resumed, k) != before.get(k)}
+    return ResumePlan(resumed, state, changed, stored | changes)
+
+
+_NOT_COMPARED = ("out", "resume", *RESUMABLE)
+
+
+def _same_value(a: object, b: object) -> bool:
+    # 1 and 1.0 are one lr (config.json may hold either); True and 1 are not one setting
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _check_same_run(stored: TrainConfig, written: dict[str, Any]) -> None:
+    """config.json must still describe the run the checkpoint belongs to."""
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _NOT_COMPARED or f.name not in written:
+            continue
+        now, then = getattr(stored, f.name), written[f.name]
+        if not _same_value(now, then):
+            raise ConfigError(
+                f"{f.name}: config.json has {now!r} but the checkpoint was written with "
+                f"{then!r}; a resume continues the same run: restore config.json or start a "
+                "new run"
+            )
+
+
+def _flags_given_on_resume(
+    given: TrainConfig, stored: TrainConfig, run_dir: Path
+) -> dict[str, Any]:
+    """The resumable fields the caller changed; any other change is refused.
+
+    A field counts as given when it differs from TrainConfig's default (as with
+    hybrid/defaults.py, a flag set to exactly the default cannot be told apart)."""
+    if given.out and Path(given.out).resolve() != run_dir.resolve():
+        raise ConfigError(
+            f"out: a resume writes to the run directory it continues ({str(run_dir)!r}); "
+            "leave out unset"
+        )
+    defaults = TrainConfig()
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("out", "resume"):
+            continue
+        value, default = getattr(given, f.name), getattr(defaults, f.name)
+        if _same_value(value, default):
+            continue  # not given
+        if _same_value(value, getattr(stored, f.name)):
+            continue  # given as stored: nothing changes
+        if f.name not in RESUMABLE:
+            raise ConfigError(
+                f"{f.name}: cannot change on resume (the run has {getattr(stored, f.name)!r}, "
+                f"given {value!r}); only {', '.join(RESUMABLE)} may change"
+            )
+        changes[f.name] = value
+    return changes
+
+
+def _check_checkpoint_fits(state: dict[str, Any], training: Training) -> None:
+    """Shapes first, with one line each: a config.json edited under an older checkpoint
+    (which does not record its config) would otherwise fail deep in load_state_dict."""
+    params = state.get("global_model", {}).get("params")
+    numel = training.global_model.params.numel()
+    if not isinstance(params, torch.Tensor) or params.numel() != numel:
+        held = params.numel() if isinstance(params, torch.Tensor) else "no"
+        raise ConfigError(
+            f"resume: the checkpoint holds {held} parameters but config.json's model has "
+            f"{numel} (env, hidden, layers, head, algo, ... were edited?); restore config.json"
+        )
+    runtime_state = state.get("runtime") or {}
+    for key in ("workers", "incarnations"):
+        saved = runtime_state.get(key)
+        if not isinstance(saved, list):
+            continue
+        expected = (
+            len(training.runtime.workers)  # type: ignore[attr-defined]
+            if key == "workers" and hasattr(training.runtime, "workers")
+            else training.cfg.workers
+        )
+        if len(saved) != expected:
+            raise ConfigError(
+                f"resume: the checkpoint holds {len(saved)} workers but config.json runs "
+                f"{expected} (workers or clients were edited?); restore config.json"
+            )
 
 
 def make_task(kind: type[Task], cfg: TrainConfig) -> Task:
@@ -524,6 +692,66 @@ def check_head(cfg: TrainConfig, info: EnvInfo) -> None:
         )
 
 
+def check_config(cfg: TrainConfig) -> EnvInfo:
+    """Everything ``train`` checks before it writes or starts anything: the fields, the env
+    (and its wrappers), the head, and whether the run fits in this machine's memory."""
+    cfg.validate()
+    info = describe(cfg.env, cfg)
+    check_head(cfg, info)
+    check_resources(cfg, info)
+    return info
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: assume a large machine
+        return 2**40
+
+
+def check_resources(cfg: TrainConfig, info: EnvInfo, memory: int | None = None) -> None:
+    """Refuse a run whose buffers or networks cannot fit in memory, with the estimate.
+
+    Rough lower bounds, not a budget: the run also needs torch, the envs and the logs."""
+    memory = _memory_bytes() if memory is None else memory
+    gib = 2**30
+    obs_bytes = info.obs_dim * (1 if info.obs_dtype == "uint8" else 4)
+    # every worker of the serial runtime (and every parallel one) holds one rollout;
+    # per step: an observation, action, reward, done, value, log-probability
+    per_step = obs_bytes + 4 * (max(info.action_dim, 1) + 5)
+    rollouts = cfg.workers * cfg.envs_per_worker * cfg.rollout_steps * per_step
+    if cfg.scheduler == "hybrid":  # the learner's batch as well
+        rollouts += cfg.learner_batch * cfg.envs_per_worker * cfg.rollout_steps * per_step
+    if rollouts > memory:
+        raise ConfigError(
+            f"rollout_steps: {cfg.workers} workers x {cfg.envs_per_worker} envs x "
+            f"{cfg.rollout_steps} steps need ~{rollouts / gib:,.1f} GiB of rollout buffers, "
+            f"more than this machine's {memory / gib:,.1f} GiB; lower rollout_steps, "
+            "envs_per_worker or workers"
+        )
+    width = cfg.hidden
+    trunk = info.obs_dim * width + max(cfg.layers - 1, 0) * width * width
+    if cfg.layers == 0:
+        trunk = info.obs_dim
+    params = 2 * (trunk + width * (info.action_dim + 1))  # actor and critic
+    # parameters, gradients and two optimizer statistics for the global model and each
+    # worker's copy
+    model = 4 * 4 * params * (cfg.workers + 1)
+    if model > memory:
+        raise ConfigError(
+            f"hidden: {cfg.layers} layers of {cfg.hidden} units are ~{params:,} parameters, "
+            f"~{model / gib:,.1f} GiB for the global model and {cfg.workers} workers' copies, "
+            f"more than this machine's {memory / gib:,.1f} GiB; lower hidden, layers or workers"
+        )
+    if cfg.scheduler == "hybrid" and cfg.algo == "nstep_q":
+        replay = cfg.replay_capacity * (2 * obs_bytes + 4 * 4)  # obs, next obs, a, r, done, p
+        if replay > memory:
+            raise ConfigError(
+                f"replay_capacity: {cfg.replay_capacity:,} transitions need "
+                f"~{replay / gib:,.1f} GiB, more than this machine's {memory / gib:,.1f} GiB"
+            )
+
+
 def prepare_run_dir(cfg: TrainConfig) -> Path:
     if cfg.out:
         run_dir = Path(cfg.out)
@@ -531,9 +759,81 @@ def prepare_run_dir(cfg: TrainConfig) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         env, scheduler = cfg.env.replace("/", "_"), short_name(cfg.scheduler)
         run_dir = Path("runs") / f"{env}-{scheduler}-s{cfg.seed}-{stamp}"
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    try:
+        taken = run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir()))
+    except OSError as exc:
+        raise ConfigError(f"out: cannot read {str(run_dir)!r} ({_os_reason(exc)})") from None
+    if taken:
         raise ConfigError(f"out: {str(run_dir)!r} already exists and is not empty; choose another")
     return run_dir
+
+
+def create_run_dir(run_dir: Path) -> list[Path]:
+    """Create ``run_dir`` (and missing parents) and prove it writable, before any worker
+    starts; returns the folders it created, outermost first, for ``remove_run_dir``."""
+    missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()][::-1]
+    created: list[Path] = []
+    try:
+        for folder in missing:
+            folder.mkdir()
+            created.append(folder)
+        # the probe: a file must be creatable here (read-only mounts, immutable folders,
+        # permissions); the run directory must be a directory (not under a file)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        remove_run_dir(run_dir, created)
+        raise ConfigError(
+            f"out: cannot write a run directory at {str(run_dir)!r} ({_os_reason(exc)}); "
+            "choose a writable folder"
+        ) from None
+    return created
+
+
+def remove_run_dir(run_dir: Path, created: list[Path]) -> None:
+    """Undo a new run directory whose start failed: what this run created, and nothing
+    else (a folder that was there, empty, before the run stays, emptied)."""
+    if created:
+        shutil.rmtree(created[0], ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        for child in run_dir.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+LOCK_NAME = "run.lock"
+"""The file in a run directory that a running train or resume holds an exclusive flock on."""
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path, field: str) -> Iterator[None]:
+    """Hold the run directory's lock for the whole run: a second train or resume of it is
+    refused. The kernel drops a flock when its holder exits, crash or not, so no stale lock
+    survives; the file stays (unlinking it would let two runs lock two different files)."""
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ConfigError(
+            f"{field}: cannot write to {str(run_dir)!r} ({_os_reason(exc)})"
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ConfigError(
+                f"{field}: {str(run_dir)!r} is in use by another run (it holds {LOCK_NAME}); "
+                "wait for it to finish or stop it"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def initial_params(cfg: TrainConfig, info: EnvInfo) -> torch.Tensor:
@@ -551,29 +851,56 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     config stored there.
     """
     cfg = (config or TrainConfig()).replace(**overrides) if overrides else (config or TrainConfig())
+    with contextlib.ExitStack() as lock:
+        return _train(cfg, overrides, lock)
+
+
+def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitStack) -> Result:
     resume_state: dict[str, Any] | None = None
+    plan: ResumePlan | None = None
     if cfg.resume:
-        cfg, resume_state = _resume_config(cfg)
+        _check_resume_dir(cfg)
+        # locked before reading anything: what a running run writes is not read half-done
+        lock.enter_context(lock_run_dir(Path(cfg.resume), "resume"))
+        checkpoint.remove_stale_tmp(Path(cfg.resume))
+        plan = _resume_config(cfg)
+        cfg, resume_state = plan.cfg, plan.state
     else:
         # hybrid/defaults.py (keyword overrides always win); config.json records the result
         cfg = apply_env_defaults(cfg, keep=overrides)
         cfg = apply_runtime_defaults(cfg, keep=overrides)
-    cfg.validate()
+    info = check_config(cfg)
     cfg = cfg.replace(scheduler_args=typed_scheduler_args(cfg.scheduler, cfg.scheduler_args))
-    info = describe(cfg.env, cfg)
-    check_head(cfg, info)
-    run_dir = Path(cfg.out) if resume_state is not None else prepare_run_dir(cfg)
+    created: list[Path] = []
+    if resume_state is not None:
+        run_dir = Path(cfg.out)
+    else:
+        run_dir = prepare_run_dir(cfg)
+        created = create_run_dir(run_dir)  # before any runtime starts a worker
+        try:
+            lock.enter_context(lock_run_dir(run_dir, "out"))
+        except ConfigError:
+            if created:  # else another run may be starting in the folder: leave it be
+                remove_run_dir(run_dir, created)
+            raise
 
-    torch.set_num_threads(cfg.torch_threads)
-    global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_stats_shape)
-    scheduler = make_scheduler(cfg)
-    scheduler.bind(global_model, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
-    learner = make_learner(cfg, info, scheduler.task_kind)
-    runtime = make_runtime(cfg, info, global_model, scheduler)
-    evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if resume_state is None:
-        write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    runtime: Runtime | None = None
+    try:
+        torch.set_num_threads(cfg.torch_threads)
+        global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_stats_shape)
+        scheduler = make_scheduler(cfg)
+        scheduler.bind(global_model, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
+        learner = make_learner(cfg, info, scheduler.task_kind)
+        runtime = make_runtime(cfg, info, global_model, scheduler)
+        evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
+        if resume_state is None:
+            write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    except BaseException:
+        if runtime is not None:
+            runtime.close()
+        if resume_state is None:
+            remove_run_dir(run_dir, created)  # a start that failed leaves nothing behind
+        raise
     tracker = Tracker(cfg, run_dir)
     training = Training(
         cfg,
@@ -588,8 +915,11 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     )
     summary: dict[str, Any] | None = None
     try:
-        if resume_state is not None:
-            training.restore(resume_state)
+        if plan is not None:
+            _check_checkpoint_fits(plan.state, training)
+            training.restore(plan.state, plan.changed)
+            if plan.changed:  # config.json records the values in effect
+                write_json_atomic(run_dir / "config.json", plan.stored)
         with _stop_on_signals(training):
             summary = training.run()
         write_json_atomic(run_dir / "summary.json", summary)
@@ -609,9 +939,12 @@ def _stop_on_signals(training: Training) -> Iterator[None]:
         return
 
     def request_stop(signum: int, frame: Any) -> None:
-        if training.stop_signal is not None:  # a second signal: stop now
+        if training.stop_signal is None:
+            training.stop_signal = signum
+        elif training.writing_checkpoint:  # a second signal: stop once the file is whole
+            training.deferred_signal = signum
+        else:  # a second signal: stop now
             raise Interrupted(signum, training.last_checkpoint)
-        training.stop_signal = signum
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -621,4 +954,13 @@ def _stop_on_signals(training: Training) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-__all__ = ["Diverged", "Interrupted", "Result", "Training", "params_sha256", "train"]
+__all__ = [
+    "LOCK_NAME",
+    "Diverged",
+    "Interrupted",
+    "Result",
+    "Training",
+    "check_config",
+    "params_sha256",
+    "train",
+]
