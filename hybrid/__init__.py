@@ -12,8 +12,10 @@ from hybrid.config import ConfigError, TrainConfig
 if TYPE_CHECKING:
     from hybrid.core.loop import Result, train
     from hybrid.schedulers import Scheduler, Verdict, register_scheduler
+    from hybrid.tracking import Callback
 
 __all__ = [
+    "Callback",
     "ConfigError",
     "Result",
     "Scheduler",
@@ -31,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from hybrid.core import loop
 
         return getattr(loop, name)
+    if name == "Callback":
+        from hybrid import tracking
+
+        return tracking.Callback
     if name in ("Scheduler", "Verdict", "register_scheduler"):
         from hybrid import schedulers
 

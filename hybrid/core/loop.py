@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +45,7 @@ from hybrid.schedulers import (
     typed_scheduler_args,
 )
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
-from hybrid.tracking import Tracker, write_json_atomic
+from hybrid.tracking import CallbackLike, Callbacks, Tracker, write_json_atomic
 
 
 @dataclass
@@ -245,7 +245,8 @@ class Training:
     # --- time and rows -------------------------------------------------------------------------
 
     def train_s(self) -> float:
-        return self.state.train_s_before + time.perf_counter() - self.started - self.excluded_s
+        excluded = self.excluded_s + self.tracker.callbacks.on_log_s  # a live plot is not training
+        return self.state.train_s_before + time.perf_counter() - self.started - excluded
 
     def row(self, kind: str) -> dict[str, Any]:
         return {
@@ -268,8 +269,7 @@ class Training:
             "eval/return_mean": mean,
             "eval/return_std": float(returns.std()),
         }
-        self.tracker.log(eval_row)
-        self.tracker.console.update(st.stats.env_steps, f"eval {mean:.1f}", force=True)
+        self.tracker.log(eval_row)  # also the console and the callbacks' on_eval
         self.excluded_s += time.perf_counter() - started
         return mean
 
@@ -329,7 +329,6 @@ class Training:
                 )
                 train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
                 self.tracker.log(train_row, {"sched/staleness": staleness_window})
-                self.tracker.console.update(stats.env_steps, _status(train_row, st.last_eval))
             if stats.env_steps >= st.next_eval:
                 st.next_eval += cfg.eval_every
                 self.evaluate()
@@ -464,15 +463,6 @@ def staleness(update: Update, version: int) -> int:
     return update.staleness if update.staleness is not None else version - update.base_version
 
 
-def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> str:
-    parts = [f"{train_row['perf/env_steps_per_s']:,.0f} steps/s"]
-    if "charts/episode_return" in train_row:
-        parts.append(f"return {train_row['charts/episode_return']:.1f}")
-    if last_eval is not None:
-        parts.append(f"eval {last_eval[1]:.1f}")
-    return " | ".join(parts)
-
-
 def _resume_config(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     run_dir = Path(cfg.resume)
     try:
@@ -529,13 +519,20 @@ def initial_params(cfg: TrainConfig, info: EnvInfo) -> torch.Tensor:
     return FlatParams(model).flat.clone()
 
 
-def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
+def train(
+    config: TrainConfig | None = None,
+    *,
+    callbacks: Sequence[CallbackLike] | None = None,
+    **overrides: Any,
+) -> Result:
     """Train under ``config`` (fields may be overridden by keyword) and return the Result.
 
     Bad settings raise ConfigError before anything is written to disk. With
     ``resume=RUN_DIR`` the run continues from its newest checkpoint, under the
-    config stored there.
+    config stored there. ``callbacks`` see every metrics row as it is logged and the
+    summary (see ``hybrid.Callback``); they are not part of the config.
     """
+    hooks = Callbacks(callbacks)  # a callback that is neither callable nor hooks: TypeError now
     cfg = (config or TrainConfig()).replace(**overrides) if overrides else (config or TrainConfig())
     resume_state: dict[str, Any] | None = None
     if cfg.resume:
@@ -560,7 +557,7 @@ def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume_state is None:
         write_json_atomic(run_dir / "config.json", cfg.to_dict())
-    tracker = Tracker(cfg, run_dir)
+    tracker = Tracker(cfg, run_dir, hooks)
     training = Training(
         cfg,
         run_dir,
