@@ -40,9 +40,9 @@ unset PYTHONPATH PYTHONHOME JUPYTER_PATH
 step "installing $TORCH, then the wheel with its notebooks extra, in a fresh venv"
 "$PYTHON" -m venv "$SCRATCH/venv"
 venv_python="$SCRATCH/venv/bin/python"
-# torch first, as the Makefile does: the CPU build unless TORCH says otherwise
+# torch first, as the Makefile does: the CPU build unless TORCH says otherwise.
+# --no-compile: a throwaway venv byte-compiles only what it imports, on first import.
 # shellcheck disable=SC2086  # TORCH_INDEX holds zero or more pip arguments
-# --no-compile: a throwaway venv byte-compiles only what it imports, on first import
 "$venv_python" -m pip install "${PIP_QUIET[@]}" --no-compile "$TORCH" $TORCH_INDEX
 "$venv_python" -m pip install "${PIP_QUIET[@]}" --no-compile "$wheel[notebooks]"
 
