@@ -33,7 +33,7 @@ test: setup
 
 # The built wheel in a fresh venv outside the repo: --version, a short train, a notebook.
 wheel-smoke: setup
-	PYTHON=$(BIN)/python TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" bash .ci/wheel_smoke.sh
+	PYTHON=$(abspath $(BIN))/python TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" bash .ci/wheel_smoke.sh
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
