@@ -13,7 +13,7 @@ TORCH ?= $(if $(HAS_GPU),torch==2.13.0,torch==2.13.0+cpu)
 TORCH_INDEX ?=
 EXTRAS ?= dev
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test wheel-smoke lint bench clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	WANDB_MODE=offline $(BIN)/python -m pytest -q
+
+# The built wheel in a fresh venv outside the repo: --version, a short train, a notebook.
+wheel-smoke: setup
+	PYTHON=$(abspath $(BIN))/python TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" bash .ci/wheel_smoke.sh
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

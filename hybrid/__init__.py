@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         Verdict,
     )
     from hybrid.schedulers import Scheduler, register_scheduler
+    from hybrid.tracking import Callback
 
 _PROTOCOL = (
     "CollectExperience",
@@ -34,6 +35,7 @@ _PROTOCOL = (
     "Verdict",
 )
 __all__ = [
+    "Callback",
     "CollectExperience",
     "ComputeGradient",
     "ConfigError",
@@ -58,6 +60,10 @@ def __getattr__(name: str) -> Any:
         from hybrid.core import loop
 
         return getattr(loop, name)
+    if name == "Callback":
+        from hybrid import tracking
+
+        return tracking.Callback
     if name in ("Scheduler", "register_scheduler"):
         from hybrid import schedulers
 

@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from hybrid.config import ConfigError, TrainConfig
 
-USAGE = """usage: hybrid COMMAND [flags]
+USAGE = """usage: hybrid COMMAND [flags]   (hybrid --version prints the version)
 
 commands:
   train     train one run (hybrid train --help lists every flag)
@@ -248,6 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from hybrid import __version__
+
+        print(f"hybrid {__version__}")
+        return 0
     command, rest = args[0], args[1:]
     if command == "train":
         return train_command(rest)

@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -59,46 +60,122 @@ def _number(value: float) -> str:
     return repr(value) if math.isfinite(value) else "null"
 
 
-class Console:
-    """A progress bar on a terminal; a periodic one-line status otherwise (CI logs)."""
+def _in_jupyter() -> bool:
+    """True inside a Jupyter kernel (Lab, Notebook, VS Code, Colab), not in a terminal IPython."""
+    ipython = sys.modules.get("IPython")  # never imported here: a kernel has done it already
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
-    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO = sys.stderr) -> None:
+
+def _bar_class(stream: TextIO) -> Any:
+    """The tqdm class that renders here, or None where a bar would not (CI logs, pipes).
+
+    This is tqdm.auto's choice, made by hand: tqdm.auto warns in a kernel without
+    ipywidgets, where the text bar renders well (Jupyter redraws a carriage return).
+    """
+    if _in_jupyter():
+        try:
+            import ipywidgets  # noqa: F401  (the widget bar needs it)
+            from tqdm.notebook import tqdm
+        except ImportError:
+            from tqdm.std import tqdm
+        return tqdm
+    if stream.isatty():
+        from tqdm.std import tqdm
+
+        return tqdm
+    return None
+
+
+class Console:
+    """Live progress of one run, fed one metrics row at a time (never per update).
+
+    A tqdm bar in a terminal and in Jupyter (a widget with ipywidgets installed); a
+    one-line status every ``STATUS_EVERY_S`` elsewhere (CI logs, subprocess pipes) and at
+    every evaluation; nothing when disabled (``--no-progress``). Both show env steps/s,
+    the last training and evaluation returns and the last window's mean staleness.
+    """
+
+    STATUS_EVERY_S = 10.0
+    # Short, with the status's most telling parts first: a narrow terminal cuts the end.
+    # tqdm puts ", " before a postfix.
+    BAR_FORMAT = (
+        "{desc} {percentage:3.0f}%|{bar:10}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+    )
+
+    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None) -> None:
         self.total = total
         self.label = label
         self.enabled = enabled
-        self.stream = stream
-        self.interactive = enabled and stream.isatty()
-        self._last_line = 0.0
-        self._progress: Any = None
-        if self.interactive:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed:,}/{task.total:,} steps"),
-                TextColumn("{task.fields[status]}"),
-                TimeElapsedColumn(),
-                transient=False,
+        self.stream = stream if stream is not None else sys.stderr  # now: Jupyter replaces it
+        self.env_steps = 0
+        self.steps_per_s: float | None = None
+        self.episode_return: float | None = None
+        self.eval_return: float | None = None
+        self.staleness_mean: float | None = None
+        self._last_line = -math.inf
+        self._bar: Any = None
+        bar_class = _bar_class(self.stream) if enabled else None
+        if bar_class is not None:
+            self._bar = bar_class(
+                total=total,
+                desc=label,
+                file=self.stream,
+                bar_format=self.BAR_FORMAT,
+                unit_scale=True,
+                dynamic_ncols=True,
+                mininterval=0.5,
             )
-            self._task = self._progress.add_task(label, total=total, status="")
-            self._progress.start()
 
-    def update(self, env_steps: int, status: str, force: bool = False) -> None:
+    def update(self, row: dict[str, Any]) -> None:
+        """Take in one metrics row (``kind`` train or eval) and redraw if it is time."""
         if not self.enabled:
             return
-        if self._progress is not None:
-            self._progress.update(self._task, completed=min(env_steps, self.total), status=status)
+        self.env_steps = int(row["env_steps"])
+        # A value missing from this row (no episode ended, no update applied) keeps the last.
+        self.steps_per_s = row.get("perf/env_steps_per_s", self.steps_per_s)
+        self.episode_return = row.get("charts/episode_return", self.episode_return)
+        self.eval_return = row.get("eval/return_mean", self.eval_return)
+        self.staleness_mean = row.get("sched/staleness_mean", self.staleness_mean)
+        if self._bar is not None:
+            self._bar.set_postfix_str(self.status(), refresh=False)
+            self._bar.update(min(self.env_steps, self.total) - self._bar.n)  # tqdm throttles
             return
         now = time.monotonic()
-        if force or now - self._last_line >= 10.0:
+        if row["kind"] == "eval" or now - self._last_line >= self.STATUS_EVERY_S:
             self._last_line = now
-            pct = 100.0 * env_steps / self.total
-            print(f"[{self.label}] {env_steps:,} steps ({pct:.0f}%) {status}", file=self.stream)
+            pct = 100.0 * self.env_steps / self.total
+            line = f"[{self.label}] {self.env_steps:,} steps ({pct:.0f}%) {self.status()}"
+            print(line.rstrip(), file=self.stream)
 
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+    def status(self) -> str:
+        """Env steps/s, the last evaluation return, the last window's mean staleness and
+        mean training episode return; what is not known yet is left out."""
+        parts = []
+        if self.steps_per_s is not None:
+            parts.append(f"{self.steps_per_s:,.0f} env steps/s")
+        if self.eval_return is not None:
+            parts.append(f"eval {self.eval_return:.1f}")
+        if self.staleness_mean is not None:
+            parts.append(f"staleness {self.staleness_mean:.2f}")
+        if self.episode_return is not None:
+            parts.append(f"return {self.episode_return:.1f}")
+        return ", ".join(parts)
+
+    def close(self, finished: bool = False) -> None:
+        """``finished``: the run ended normally, if early (solved) its bar shows complete."""
+        if self._bar is None:
+            return
+        if finished and 0 < self._bar.n < self._bar.total:
+            # A run that stopped early (solved) ends at 100% of what it ran: closed short of
+            # its total, tqdm's notebook widget turns red, as it does on an error.
+            started, done = self._bar.start_t, self._bar.n
+            self._bar.reset(total=done)
+            self._bar.start_t = started  # keep the elapsed time
+            self._bar.update(done)
+        self._bar.set_postfix_str(self.status(), refresh=False)
+        self._bar.close()
+        self._bar = None
 
 
 class WandbSink:
@@ -171,9 +248,85 @@ def _wandb_configured() -> bool:
         return False
 
 
+class Callback:
+    """What ``hybrid.train(cfg, callbacks=[...])`` calls while a run trains: for live plots.
+
+    Subclass it and override what you need, or pass any object with some of these
+    methods, or a plain function: it is called with every row, train and eval (tell them
+    apart by ``row["kind"]``). Rows are dicts, exactly as metrics.jsonl holds them
+    (NaN written as None); each call gets its own copy.
+
+    A callback that raises is warned about once and called no more; training goes on
+    (the rule for wandb too): a plotting bug should not cost the run, and metrics.jsonl
+    holds every row to plot again. Time spent in callbacks is not training time
+    (``wall_s``, ``env_steps_per_s``).
+    """
+
+    def on_log(self, row: dict[str, Any]) -> None:
+        """A ``train`` row, every ``log_every`` env steps."""
+
+    def on_eval(self, row: dict[str, Any]) -> None:
+        """An ``eval`` row, every ``eval_every`` env steps and at the end."""
+
+    def on_end(self, summary: dict[str, Any]) -> None:
+        """Once, when the run finished: what summary.json holds. Not called on an error."""
+
+
+# a Callback, any object with some of its methods (duck-typed), or a function of a row
+CallbackLike = Callback | Callable[[dict[str, Any]], None]
+
+
+class Callbacks:
+    """The run's callbacks, each resolved once to its hooks; a failing one is dropped."""
+
+    def __init__(self, callbacks: Sequence[CallbackLike] | None = None) -> None:
+        self._hooks: list[tuple[Any, dict[str, Callable[[dict[str, Any]], None]]]] = []
+        for callback in callbacks or ():
+            if isinstance(callback, type):
+                raise TypeError(f"callbacks: pass an instance, {callback.__name__}(), not a class")
+            hooks = {
+                name: getattr(callback, name)
+                for name in ("on_log", "on_eval", "on_end")
+                if callable(getattr(callback, name, None))
+            }
+            if not hooks and callable(callback):
+                hooks = {"on_log": callback, "on_eval": callback}
+            if not hooks:
+                raise TypeError(
+                    f"callbacks: {callback!r} is neither callable nor has on_log, on_eval or on_end"
+                )
+            self._hooks.append((callback, hooks))
+        self.on_log_s = 0.0
+        """Time spent in on_log, which the loop does not count as training (on_eval runs
+        inside the evaluation, whose time the loop leaves out already)."""
+
+    def __bool__(self) -> bool:
+        return bool(self._hooks)
+
+    def call(self, hook: str, data: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        for entry in list(self._hooks):
+            callback, hooks = entry
+            function = hooks.get(hook)
+            if function is None:
+                continue
+            try:
+                function(dict(data))
+            except Exception as exc:
+                self._hooks.remove(entry)
+                warnings.warn(
+                    f"callback {callback!r} raised in {hook}; it is called no more and "
+                    f"the run goes on: {exc!r}",
+                    stacklevel=2,
+                )
+        if hook == "on_log":
+            self.on_log_s += time.perf_counter() - started
+
+
 class Tracker:
-    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
+    def __init__(self, cfg: TrainConfig, run_dir: Path, callbacks: Callbacks | None = None) -> None:
         self.run_dir = run_dir
+        self.callbacks = callbacks if callbacks is not None else Callbacks()
         self._jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
         # One line per worker task, for `hybrid timeline`; buffered, it is written often.
         self._spans = open(run_dir / "spans.jsonl", "a")  # noqa: SIM115
@@ -186,11 +339,16 @@ class Tracker:
                 shutil.copyfile(cfg.cluster, copy)
 
     def log(self, row: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
-        """One metrics.jsonl row; ``histograms`` (raw samples) go to wandb only."""
-        self._jsonl.write(json.dumps(finite_json(row), allow_nan=False) + "\n")
+        """One metrics.jsonl row, shown on the console and handed to the callbacks;
+        ``histograms`` (raw samples) go to wandb only."""
+        clean = finite_json(row)
+        self._jsonl.write(json.dumps(clean, allow_nan=False) + "\n")
         self._jsonl.flush()
         if self.wandb is not None:
             self.wandb.log(row, histograms)
+        self.console.update(clean)
+        if self.callbacks:
+            self.callbacks.call("on_eval" if row["kind"] == "eval" else "on_log", clean)
 
     def span(self, update: Update, staleness: int | None, verdict: Verdict) -> None:
         """Record one task: when it computed and uploaded, from which version, how stale.
@@ -222,7 +380,10 @@ class Tracker:
             handle.seek(offsets[name])
 
     def close(self, summary: dict[str, Any] | None = None, artifact: Path | None = None) -> None:
-        self.console.close()
+        """``summary`` None: the run did not finish (an error, an interrupt)."""
+        self.console.close(finished=summary is not None)
+        if summary is not None and self.callbacks:
+            self.callbacks.call("on_end", summary)
         if not self._spans.closed:
             self._spans.close()
         if not self._jsonl.closed:

@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,7 +49,7 @@ from hybrid.schedulers import (
     typed_scheduler_args,
 )
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
-from hybrid.tracking import Tracker, write_json_atomic
+from hybrid.tracking import CallbackLike, Callbacks, Tracker, write_json_atomic
 
 
 @dataclass
@@ -253,7 +253,8 @@ class Training:
     # --- time and rows -------------------------------------------------------------------------
 
     def train_s(self) -> float:
-        return self.state.train_s_before + time.perf_counter() - self.started - self.excluded_s
+        excluded = self.excluded_s + self.tracker.callbacks.on_log_s  # a live plot is not training
+        return self.state.train_s_before + time.perf_counter() - self.started - excluded
 
     def row(self, kind: str) -> dict[str, Any]:
         return {
@@ -276,8 +277,7 @@ class Training:
             "eval/return_mean": mean,
             "eval/return_std": float(returns.std()),
         }
-        self.tracker.log(eval_row)
-        self.tracker.console.update(st.stats.env_steps, f"eval {mean:.1f}", force=True)
+        self.tracker.log(eval_row)  # also the console and the callbacks' on_eval
         self.excluded_s += time.perf_counter() - started
         return mean
 
@@ -337,7 +337,6 @@ class Training:
                 )
                 train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
                 self.tracker.log(train_row, {"sched/staleness": staleness_window})
-                self.tracker.console.update(stats.env_steps, _status(train_row, st.last_eval))
             if stats.env_steps >= st.next_eval:
                 st.next_eval += cfg.eval_every
                 self.evaluate()
@@ -505,15 +504,6 @@ def staleness(update: Update, version: int) -> int:
     earlier update is already in θ when it reads again: it is never staleness.
     """
     return update.staleness if update.staleness is not None else version - update.base_version
-
-
-def _status(train_row: dict[str, Any], last_eval: tuple[int, float] | None) -> str:
-    parts = [f"{train_row['perf/env_steps_per_s']:,.0f} steps/s"]
-    if "charts/episode_return" in train_row:
-        parts.append(f"return {train_row['charts/episode_return']:.1f}")
-    if last_eval is not None:
-        parts.append(f"eval {last_eval[1]:.1f}")
-    return " | ".join(parts)
 
 
 def _check_resume_dir(cfg: TrainConfig) -> None:
@@ -843,19 +833,28 @@ def initial_params(cfg: TrainConfig, info: EnvInfo) -> torch.Tensor:
     return FlatParams(model).flat.clone()
 
 
-def train(config: TrainConfig | None = None, **overrides: Any) -> Result:
+def train(
+    config: TrainConfig | None = None,
+    *,
+    callbacks: Sequence[CallbackLike] | None = None,
+    **overrides: Any,
+) -> Result:
     """Train under ``config`` (fields may be overridden by keyword) and return the Result.
 
     Bad settings raise ConfigError before anything is written to disk. With
     ``resume=RUN_DIR`` the run continues from its newest checkpoint, under the
-    config stored there.
+    config stored there. ``callbacks`` see every metrics row as it is logged and the
+    summary (see ``hybrid.Callback``); they are not part of the config.
     """
+    hooks = Callbacks(callbacks)  # a callback that is neither callable nor hooks: TypeError now
     cfg = (config or TrainConfig()).replace(**overrides) if overrides else (config or TrainConfig())
     with contextlib.ExitStack() as lock:
-        return _train(cfg, overrides, lock)
+        return _train(cfg, overrides, lock, hooks)
 
 
-def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitStack) -> Result:
+def _train(
+    cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitStack, hooks: Callbacks
+) -> Result:
     resume_state: dict[str, Any] | None = None
     plan: ResumePlan | None = None
     if cfg.resume:
@@ -901,7 +900,7 @@ def _train(cfg: TrainConfig, overrides: dict[str, Any], lock: contextlib.ExitSta
         if resume_state is None:
             remove_run_dir(run_dir, created)  # a start that failed leaves nothing behind
         raise
-    tracker = Tracker(cfg, run_dir)
+    tracker = Tracker(cfg, run_dir, hooks)
     training = Training(
         cfg,
         run_dir,
