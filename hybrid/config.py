@@ -475,6 +475,28 @@ class TrainConfig:
         self._check_upper_bounds()
         self._check_no_dead_flags(is_multiagent_id(self.env))
 
+    def _check_cluster(self) -> None:
+        from hybrid.cluster_profile import ClusterProfile, is_profile_path
+
+        if not is_profile_path(self.cluster):
+            _choice(
+                "cluster",
+                self.cluster,
+                ("homogeneous", "heterogeneous", "stragglers", "a profile PATH.json"),
+            )
+            return
+        ClusterProfile.load(self.cluster)
+        if self.clients is not None:
+            raise ConfigError(
+                "cluster: a measured profile models persistent workers on one machine; "
+                "edge clients (clients) take their speeds from federated profiles"
+            )
+        if self.round_deadline_s:
+            raise ConfigError(
+                "cluster: a measured profile does not model round deadlines; "
+                "leave round_deadline_s 0 or use a built-in cluster"
+            )
+
     def _check_no_dead_flags(self, multiagent: bool) -> None:
         """A field changed from its default where it has no effect is refused: a run (or a
         sweep varying it) would otherwise report a knob that did nothing."""
@@ -618,28 +640,6 @@ _FLOAT_CAPS: tuple[tuple[str, float, str], ...] = (
 def _at_most(name: str, value: object, high: float, why: str) -> None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > high:
         raise ConfigError(f"{name}: {value!r} is more than {high:,} can run ({why})")
-
-    def _check_cluster(self) -> None:
-        from hybrid.cluster_profile import ClusterProfile, is_profile_path
-
-        if not is_profile_path(self.cluster):
-            _choice(
-                "cluster",
-                self.cluster,
-                ("homogeneous", "heterogeneous", "stragglers", "a profile PATH.json"),
-            )
-            return
-        ClusterProfile.load(self.cluster)
-        if self.clients is not None:
-            raise ConfigError(
-                "cluster: a measured profile models persistent workers on one machine; "
-                "edge clients (clients) take their speeds from federated profiles"
-            )
-        if self.round_deadline_s:
-            raise ConfigError(
-                "cluster: a measured profile does not model round deadlines; "
-                "leave round_deadline_s 0 or use a built-in cluster"
-            )
 
 
 def _choice(name: str, value: object, allowed: Any) -> None:
