@@ -500,17 +500,61 @@ def test_ray_task_connection_runs_tasks_and_reports_a_raising_task(ray_session):
     assert not thread.is_alive() and not raised  # it stopped serving, quietly
 
 
-def test_ray_task_connection_refuses_a_wrong_key(ray_session):
-    from hybrid.runtimes.ray import ActorWorker
+def test_ray_actor_outlasts_a_wrong_key_and_a_silent_peer(monkeypatch):
+    """A local process that knocks on an actor's port must neither stop it nor hold it."""
+    import socket
 
+    import ray
+
+    from hybrid.runtimes import ray as ray_runtime
+
+    monkeypatch.setattr(ray_runtime, "HANDSHAKE_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")  # no Ray needed
     cfg = TrainConfig(env="CartPole-v1", workers=1)
-    actor = ActorWorker(0, 0, cfg, describe(cfg.env))
-    address, _ = actor.listen(os.urandom(32))
+    info = describe(cfg.env)
+    actor = ray_runtime.ActorWorker(0, 0, cfg, info)
+    key = os.urandom(32)
+    address, _ = actor.listen(key)
     thread, raised = _serve_in_background(actor)
     with pytest.raises(AuthenticationError):
-        Client(address, authkey=os.urandom(32))
+        Client(address, authkey=os.urandom(32))  # refused: it read nothing
+    silent = socket.create_connection(address)  # connects and never answers the challenge
+    answers = []
+
+    def driver():
+        with Client(address, authkey=key) as conn:
+            conn.send((initial_params(cfg, info).numpy(), 7, "gradient", None))
+            answers.append(conn.recv())
+
+    talk = threading.Thread(target=driver, daemon=True)  # a hang fails the test, not CI
+    talk.start()
+    talk.join(60)
+    silent.close()
+    assert answers and answers[0][0] == "result" and answers[0][1]["base_version"] == 7
     thread.join(10)
-    assert len(raised) == 1 and isinstance(raised[0], AuthenticationError)  # read nothing
+    assert not thread.is_alive() and not raised
+
+
+def test_ray_driver_connect_has_a_deadline():
+    """An actor's port held by something that never answers: the driver gives up, it does
+    not block in Client() forever."""
+    import socket
+
+    from hybrid.runtimes import ray as ray_runtime
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        outcome = []
+
+        def connect():
+            try:
+                ray_runtime.open_connection(server.getsockname(), os.urandom(32), timeout=0.5)
+            except ray_runtime.HANDSHAKE_ERRORS as exc:
+                outcome.append(exc)
+
+        attempt = threading.Thread(target=connect, daemon=True)
+        attempt.start()
+        attempt.join(60)
+        assert outcome and isinstance(outcome[0], OSError)
 
 
 @pytest.mark.slow

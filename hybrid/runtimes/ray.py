@@ -23,8 +23,11 @@ The connection is ``multiprocessing.connection`` over TCP: the actor listens on 
 node's address (127.0.0.1 when Ray is local) on a free port, and the driver connects
 with a 32-byte key drawn for the run and handed to the actors through Ray: the HMAC
 challenge comes before anything is unpickled, so nobody without the key can send
-the actor a task. On a cluster the driver must reach the actors' nodes on ephemeral
-ports, as Ray's own worker ports already require.
+the actor a task. Anyone on the node can still connect to the port: a peer that fails
+the handshake, or stays silent past ``HANDSHAKE_TIMEOUT_S``, is dropped and the actor
+keeps listening for its driver, whose own connect has a deadline (``CONNECT_TIMEOUT_S``)
+past which the actor counts as failed and is replaced. On a cluster the driver must
+reach the actors' nodes on ephemeral ports, as Ray's own worker ports already require.
 
 Ordering is the earliest finished first: every result that has arrived when the loop
 asks is ordered by the time its task finished (wall clock, roughly comparable across
@@ -56,12 +59,14 @@ import os
 import secrets
 import selectors
 import socket
+import struct
 import time
 import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
 from typing import Any
 
 import numpy as np
@@ -92,11 +97,62 @@ STARTUP_TIMEOUT_S = 300.0
 """How long an actor may take to start, warm up and connect (many at once on a busy node)."""
 RESTART_POLL_S = 0.05
 """While an actor is being replaced, the driver looks this often whether it is ready."""
+HANDSHAKE_TIMEOUT_S = 5.0
+"""How long an actor waits for each message of a connecting peer's HMAC handshake: a local
+process that connects to its port and says nothing (or the wrong thing) is dropped after
+this, and the actor goes on waiting for the driver."""
+CONNECT_TIMEOUT_S = 30.0
+"""How long the driver waits to reach an actor and for each message of the handshake (longer
+than HANDSHAKE_TIMEOUT_S: an actor may first have to drop an intruder). Past it the actor
+counts as failed and is replaced."""
 
 QUIET_DEFAULTS = {
     "RAY_AUTH_MODE": "disabled",  # else Ray writes ~/.ray/auth_token into the user's home
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+
+
+@contextlib.contextmanager
+def _deadline(conn: Connection, seconds: float) -> Iterator[None]:
+    """Make each blocking read and write on ``conn`` fail (OSError) after ``seconds``.
+
+    SO_RCVTIMEO/SO_SNDTIMEO on the socket itself: ``Connection`` reads its file descriptor
+    directly, so a Python socket timeout (a non-blocking fd) would break it instead.
+    """
+    with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:  # a dup
+        whole = int(seconds)
+        limit = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        none = struct.pack("ll", 0, 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+        try:
+            yield
+        finally:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, none)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, none)
+
+
+HANDSHAKE_ERRORS = (AuthenticationError, EOFError, OSError, ValueError, AssertionError)
+"""What a failed HMAC handshake raises: a wrong key, a peer that hung up or went silent
+(OSError: the deadline), or a peer that sent something else (multiprocessing checks the
+challenge's prefix with ``assert``)."""
+
+
+def open_connection(
+    address: tuple[str, int], authkey: bytes, timeout: float = CONNECT_TIMEOUT_S
+) -> Connection:
+    """The driver's end: ``multiprocessing.connection.Client`` with a deadline on every step."""
+    sock = socket.create_connection(address, timeout=timeout)
+    sock.settimeout(None)  # Connection needs a blocking fd; _deadline bounds the handshake
+    conn = Connection(sock.detach())
+    try:
+        with _deadline(conn, timeout):
+            answer_challenge(conn, authkey)
+            deliver_challenge(conn, authkey)
+    except BaseException:
+        conn.close()
+        raise
+    return _no_delay(conn)
 
 
 def _no_delay(conn: Connection) -> Connection:
@@ -119,8 +175,29 @@ class ActorWorker:
 
     def listen(self, authkey: bytes) -> tuple[Any, int]:
         """Open this actor's end of the connection; returns its address and the actor's pid."""
-        self._listener = Listener((ray.util.get_node_ip_address(), 0), authkey=authkey)
+        self._authkey = authkey
+        # No authkey here: _accept_driver runs the same HMAC handshake, with a deadline.
+        self._listener = Listener((ray.util.get_node_ip_address(), 0))
         return self._listener.address, os.getpid()
+
+    def _accept_driver(self) -> Connection:
+        """The first connection that passes the HMAC handshake (before anything is unpickled).
+
+        Anyone on the node can connect to the port: a peer with the wrong key, or one that
+        stays silent past HANDSHAKE_TIMEOUT_S, is dropped and the actor keeps listening, so
+        an intruder can neither stop the actor nor hold it from its driver.
+        """
+        assert self._listener is not None, "listen() first"
+        while True:
+            conn = self._listener.accept()
+            try:
+                with _deadline(conn, HANDSHAKE_TIMEOUT_S):
+                    deliver_challenge(conn, self._authkey)
+                    answer_challenge(conn, self._authkey)
+            except HANDSHAKE_ERRORS:
+                conn.close()
+                continue
+            return _no_delay(conn)
 
     def serve(self) -> None:
         """Run the tasks that come on the connection until the driver closes it.
@@ -128,8 +205,7 @@ class ActorWorker:
         This call holds the actor for the rest of its life: Ray runs one call at a time.
         A task that raises is reported on the connection, and the actor stops serving.
         """
-        assert self._listener is not None, "listen() first"
-        with _no_delay(self._listener.accept()) as conn:  # the HMAC challenge comes first
+        with self._accept_driver() as conn:
             self._listener.close()
             try:
                 while (task := conn.recv()) is not None:
@@ -363,10 +439,14 @@ class RayRuntime:
         actor.started_at = time.monotonic()
 
     def _await_startup(self) -> None:
-        """Wait until every actor is connected (at start and on resume)."""
+        """Wait until every actor is connected (at start and on resume).
+
+        An actor that fails to start or to connect is replaced like one that dies later;
+        one that fails MAX_CONSECUTIVE_FAILURES times in a row stops the run with its error.
+        """
         while any(a.starting is not None for a in self._actors):
             for actor in self._poll_starting(timeout=RESTART_POLL_S):
-                raise RuntimeError(f"worker {actor.worker_id} failed to start:\n{actor.last_error}")
+                self._restart(actor)
 
     def _poll_starting(self, timeout: float) -> list[_Actor]:
         """Connect the actors whose ``listen`` has returned; return those that failed."""
@@ -381,15 +461,16 @@ class RayRuntime:
             try:
                 address, actor.pid = ray.get(ref)
                 actor.serving = actor.handle.serve.remote()
-                actor.conn = _no_delay(Client(address, authkey=self._authkey))
+                actor.conn = open_connection(address, self._authkey)
             except ray.exceptions.RayError as exc:  # it died, or its constructor raised
                 actor.last_error = str(exc)
                 failed.append(actor)
                 continue
-            except (OSError, EOFError) as exc:
+            except HANDSHAKE_ERRORS as exc:  # unreachable, too slow, or not our actor
                 actor.last_error = (
-                    f"cannot connect to the actor at {address[0]}:{address[1]} ({exc}); "
-                    "the driver must reach the actors' nodes on their ephemeral ports"
+                    f"cannot connect to the actor at {address[0]}:{address[1]} within "
+                    f"{CONNECT_TIMEOUT_S:.0f} s ({type(exc).__name__}: {exc}); the driver must "
+                    "reach the actors' nodes on their ephemeral ports"
                 )
                 failed.append(actor)
                 continue
