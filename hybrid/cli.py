@@ -88,9 +88,9 @@ def train_command(argv: Sequence[str]) -> int:
     except Interrupted as exc:
         print(f"hybrid train: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("hybrid train: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # StartupInterrupted (a runtime starting) has a code
+        print(f"hybrid train: {exc or 'interrupted'}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
     except Diverged as exc:
         print(f"hybrid train: {exc}", file=sys.stderr)
         return 1
