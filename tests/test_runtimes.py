@@ -651,6 +651,28 @@ def test_ray_sigterm_during_startup_exits_143_and_ends_every_ray_process(tmp_pat
     assert not left, f"Ray processes left after SIGTERM at start-up: {left}"
 
 
+def test_ray_actor_the_driver_cannot_reach_in_time_is_replaced(
+    fixed_budget, ray_session, monkeypatch
+):
+    """A connect that misses its deadline (an intruder held the actor) counts as a failure:
+    the actor is replaced and the run goes on, at start-up as later."""
+    from hybrid.runtimes import ray as ray_runtime
+
+    real, calls = ray_runtime.open_connection, []
+
+    def first_one_times_out(address, authkey, timeout=ray_runtime.CONNECT_TIMEOUT_S):
+        calls.append(address)
+        if len(calls) == 1:
+            raise TimeoutError("timed out")
+        return real(address, authkey, timeout)
+
+    monkeypatch.setattr(ray_runtime, "open_connection", first_one_times_out)
+    cfg = fixed_budget(runtime="ray", scheduler="async", workers=2, total_env_steps=300)
+    result = hybrid.train(cfg)
+    assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
+    assert len(calls) == 3  # two actors, one of them twice
+
+
 @pytest.mark.slow
 def test_ray_actor_killed_twice_run_completes(fixed_budget, ray_session, monkeypatch):
     from hybrid.runtimes.ray import RayRuntime
