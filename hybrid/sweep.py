@@ -872,8 +872,9 @@ def _die_with_parent() -> dict[str, Any]:
     """
     if os.name != "posix":
         return {}
+    # A session of its own (Python 3.10 has no process_group=): its own group, no terminal.
     if not sys.platform.startswith("linux"):
-        return {"process_group": 0}
+        return {"start_new_session": True}
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -885,7 +886,7 @@ def _die_with_parent() -> dict[str, Any]:
         if os.getppid() != runner:  # the runner died before prctl: nobody will signal us
             os._exit(1)
 
-    return {"process_group": 0, "preexec_fn": set_parent_death_signal}
+    return {"start_new_session": True, "preexec_fn": set_parent_death_signal}
 
 
 def _outcome(run: PlannedRun, code: int, seconds: float, log_dir: Path) -> Outcome:
