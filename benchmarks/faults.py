@@ -1,19 +1,42 @@
-"""Survival of worker faults on the processes and ray runtimes.
+"""Survival of faults: workers SIGKILLed mid-run, and whole runs SIGKILLed and resumed.
 
-    python benchmarks/faults.py [--runs 10] [--kills 5] [--runtimes processes ray]
+    python benchmarks/faults.py [workers] [--runs 10] [--kills 5] [--runtimes processes ray]
+    python benchmarks/faults.py resume [--kills 50] [--budget 4000] [--checkpoint-every 5]
 
-For each runtime, ``--runs`` seeds are trained twice: once fault-free and once with
+``workers``: for each runtime, ``--runs`` seeds are trained twice: once fault-free and once with
 ``--kills`` workers SIGKILLed at seeded random times (``--inject-worker-faults``,
 rate chosen so the expected kills per run equal ``--kills``). The table reports
 runs completed, worker restarts, updates lost and the final evaluation return
-against the fault-free runs of the same seeds. Nothing asserts on time.
+against the fault-free runs of the same seeds.
+
+``resume``: one serial run (CartPole, async, a checkpoint every few versions) is trained
+uninterrupted once; then ``--kills`` times a copy of it is SIGKILLed at a seeded random
+moment of its training (a fraction of the uninterrupted run's time from its first
+metrics row to its end, drawn from ``--seed``) and resumed with ``--resume`` until it
+finishes (a run killed before its first checkpoint starts over, as a user would). The
+table reports runs completed, metrics.jsonl
+rows lost or duplicated against the uninterrupted run (train and eval rows, keyed by kind
+and env steps; target 0), torn lines, and final parameter hashes equal to the
+uninterrupted run's (target: all). Each run is a child forked from this process, which
+has imported torch and trained the uninterrupted run already, so a trial costs the
+training it runs, not imports and first-call set-up.
+
+Nothing asserts on time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
 import statistics
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 import hybrid
@@ -22,13 +45,26 @@ from hybrid import TrainConfig
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("study", nargs="?", choices=("workers", "resume"), default="workers")
+    parser.add_argument("--runs", type=int, default=10, help="workers: seeds per runtime")
+    parser.add_argument(
+        "--kills", type=int, default=None, help="workers: per run (5); resume: runs killed (50)"
+    )
     parser.add_argument("--runtimes", nargs="+", default=["processes", "ray"])
-    parser.add_argument("--budget", type=int, default=30_000)
+    parser.add_argument("--budget", type=int, default=None, help="env steps (30,000 / 4,000)")
     parser.add_argument("--scheduler", default="async")
+    parser.add_argument("--checkpoint-every", type=int, default=5, help="resume: versions")
+    parser.add_argument("--seed", type=int, default=0, help="resume: seeds the kill times")
     args = parser.parse_args()
+    if args.study == "resume":
+        resume_study(args.kills or 50, args.budget or 4_000, args)
+    else:
+        args.kills = 5 if args.kills is None else args.kills
+        args.budget = args.budget or 30_000
+        workers_study(args)
 
+
+def workers_study(args: argparse.Namespace) -> None:
     tasks = args.budget // (2 * 5)  # env steps per task: envs_per_worker × rollout_steps
     rate = min(0.5, args.kills / tasks)
     print(
@@ -76,6 +112,128 @@ def main() -> None:
                 f"{statistics.median(without):.1f} |",
                 flush=True,
             )
+
+
+# --- resume: whole runs SIGKILLed and resumed -------------------------------------------------
+
+
+def _train_child(cfg: TrainConfig) -> None:
+    """A forked child's body: train (or resume), quietly; exit 0 on a finished run."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        hybrid.train(cfg)
+    except BaseException as exc:  # kept beside the run: a failed resume must be explainable
+        Path(f"{cfg.out}.err").write_text(f"{type(exc).__name__}: {exc}\n")
+        os._exit(1)
+    os._exit(0)
+
+
+def _run(cfg: TrainConfig, kill_after: float | None = None) -> tuple[int, float]:
+    """Run ``cfg`` in a forked child; with ``kill_after``, SIGKILL it that many seconds after
+    its first metrics row (so kills land in training, not in start-up). Returns the exit
+    code and the seconds from the first row to the end."""
+    child = multiprocessing.get_context("fork").Process(target=_train_child, args=(cfg,))
+    metrics = Path(cfg.out, "metrics.jsonl")
+    child.start()
+    while child.is_alive() and not (metrics.exists() and metrics.stat().st_size):
+        time.sleep(0.005)
+    started = time.perf_counter()
+    child.join(kill_after)
+    if child.is_alive():
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+    return child.exitcode, time.perf_counter() - started
+
+
+def _row_keys(run_dir: Path) -> tuple[Counter, int]:
+    """(kind, env_steps) of every train and eval row, counted; and the lines that do not parse."""
+    keys: Counter = Counter()
+    torn = 0
+    for line in (run_dir / "metrics.jsonl").read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            torn += 1
+            continue
+        if row.get("kind") in ("train", "eval"):
+            keys[(row["kind"], row.get("env_steps"))] += 1
+    return keys, torn
+
+
+def resume_study(kills: int, budget: int, args: argparse.Namespace) -> None:
+    base = TrainConfig(
+        scheduler=args.scheduler,
+        workers=2,
+        seed=0,
+        total_env_steps=budget,
+        stop_when_solved=False,
+        checkpoint_every=args.checkpoint_every,
+        log_every=100,
+        eval_every=max(budget // 4, 1),
+        eval_episodes=2,
+        progress=False,
+    )
+    rng = random.Random(f"faults/resume/{args.seed}")
+    print(
+        f"CartPole-v1, serial, {args.scheduler}, 2 workers, {budget:,} env steps, a checkpoint "
+        f"every {args.checkpoint_every} versions; {kills} runs SIGKILLed once at a seeded "
+        "random moment, then resumed\n",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = Path(tmp, "reference")
+        # In this process: it warms up what every forked child would otherwise pay for.
+        hybrid.train(base.replace(out=str(reference)))
+        # A forked, unkilled copy times the training the kills are drawn over.
+        code, seconds = _run(base.replace(out=str(Path(tmp, "timing"))))
+        if code != 0:
+            raise SystemExit(f"the uninterrupted run failed in a forked child (exit {code})")
+        expected_hash = json.loads((reference / "summary.json").read_text())["final_params_sha256"]
+        expected_rows, _ = _row_keys(reference)
+        completed = same_hash = lost = duplicated = torn = started_over = unkilled = 0
+        for k in range(kills):
+            run_dir = Path(tmp, f"killed-{k}")
+            cfg = base.replace(out=str(run_dir))
+            _run(cfg, kill_after=rng.uniform(0.05, 1.0) * seconds)
+            unkilled += (run_dir / "summary.json").exists()  # it finished before its kill
+            for _attempt in range(3):
+                if (run_dir / "summary.json").exists():
+                    break
+                code, _ = _run(cfg.replace(resume=str(run_dir)))
+                if code != 0 and not (run_dir / "summary.json").exists():
+                    # No checkpoint yet (killed early), or one the resume refused: start over,
+                    # as a user would, and count it (resume itself failing shows up here).
+                    started_over += 1
+                    why = Path(f"{run_dir}.err")
+                    reason = why.read_text().strip() if why.exists() else f"exit {code}"
+                    print(f"  kill {k}: resume failed ({reason[:200]}); started over", flush=True)
+                    _rmtree(run_dir)
+                    _run(cfg)
+            if not (run_dir / "summary.json").exists():
+                print(f"  kill {k}: the run did not finish after resuming", flush=True)
+                continue
+            completed += 1
+            summary = json.loads((run_dir / "summary.json").read_text())
+            same_hash += summary["final_params_sha256"] == expected_hash
+            rows, bad = _row_keys(run_dir)
+            lost += sum((expected_rows - rows).values())
+            duplicated += sum(n - 1 for n in rows.values() if n > 1)
+            torn += bad
+        print(
+            "| runs | killed | completed | started over | rows lost | rows duplicated | "
+            "torn lines | final hash = uninterrupted |"
+        )
+        print("|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print(
+            f"| {kills} | {kills - unkilled} | {completed}/{kills} | {started_over} | {lost} | "
+            f"{duplicated} | {torn} | {same_hash}/{kills} |"
+        )
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":

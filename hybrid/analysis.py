@@ -15,6 +15,7 @@ matplotlib is imported only when figures are drawn, and figures are built as
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import warnings
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SHORT_NAMES",
     "AnalysisWarning",
+    "CompareError",
     "Comparison",
     "Curve",
     "GroupStats",
@@ -60,6 +62,10 @@ _NO_ESTIMATE = Estimate(_NAN, _NAN, _NAN)
 
 class AnalysisWarning(UserWarning):
     """Something in the inputs was skipped or could not be used."""
+
+
+class CompareError(ValueError):
+    """Inputs that cannot give a meaningful comparison. One line; the CLI exits with code 2."""
 
 
 def _warn(message: str) -> None:
@@ -107,6 +113,21 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def _summary_problem(path: Path) -> str | None:
+    """Why ``path`` (a summary.json) is unusable: None when it reads as a JSON object."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+        return f"unreadable ({exc})"
+    try:
+        summary = json.loads(text)
+    except ValueError as exc:
+        return f"corrupt (not valid JSON: {exc})"
+    return None if isinstance(summary, dict) else "corrupt (not a JSON object)"
 
 
 @dataclass
@@ -786,6 +807,40 @@ def _plot_profile(
 # --------------------------------------------------------------------------- compare
 
 
+def _check_grouping(runs: Sequence[Run], group_by: Sequence[str]) -> None:
+    """Refuse a grouping that would name a field no run has, or pool different envs.
+
+    A misspelt field would put every run in one group ``field=none``; returns of different
+    envs are on different scales (Pendulum ~-1000, CartPole 500), so one IQM over them means
+    nothing. Runs whose config.json records no env are not counted.
+    """
+    fields = sorted({str(k) for r in runs for k in r.config})
+    for name in group_by:
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise CompareError(
+                f"--group-by: {name!r} is not a config field of these runs; "
+                f"{hint}valid fields: {', '.join(fields)}"
+            )
+    envs = sorted({str(r.config["env"]) for r in runs if r.config.get("env") is not None})
+    if len(envs) > 1 and "env" not in group_by:
+        raise CompareError(
+            f"runs: these runs span {len(envs)} envs ({', '.join(envs)}), whose returns are "
+            "not comparable in one score; add env to the grouping "
+            f"(--group-by env {' '.join(group_by)}) or compare one env at a time"
+        )
+
+
+def _check_out(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CompareError(f"--out: {out_dir} is a file; give a directory for the report")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent is a file, no permission, read-only disk...
+        raise CompareError(f"--out: cannot create {out_dir} ({exc.strerror or exc})") from None
+
+
 def compare(
     run_dirs: Sequence[str | Path] | str | Path,
     out: str | Path,
@@ -804,13 +859,15 @@ def compare(
     ``run_dirs`` lists run directories; a single path is searched for them (:func:`find_runs`).
     ``metric`` is read from each ``summary.json``. ``x_axes`` entries are eval-row columns
     (``env_steps``, ``updates``, ...) or ``time`` (virtual_s when a run records it, else
-    wall_s). Runs without ``summary.json`` are skipped with an :class:`AnalysisWarning`.
+    wall_s). Runs without ``summary.json`` are skipped with an :class:`AnalysisWarning`
+    (one whose summary.json is corrupt is named as such). Raises :class:`CompareError`
+    before writing anything when ``group_by`` names a field no run has, when runs of
+    several envs would be pooled (group by ``env``), or when ``out`` cannot be a directory.
     Bootstraps are seeded from ``seed``, so the same inputs give the same numbers.
     """
     if isinstance(run_dirs, (str, Path)):
         run_dirs = find_runs(run_dirs)
     out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     group_by = tuple(group_by)
     short = {**SHORT_NAMES, **(short_names or {})}
 
@@ -829,12 +886,18 @@ def compare(
             skipped.append(p)
             continue
         if not run.complete:
-            _warn(f"skipping incomplete run {p}: no summary.json (still running or crashed?)")
+            problem = _summary_problem(p / "summary.json")
+            if problem in (None, "missing"):
+                _warn(f"skipping incomplete run {p}: no summary.json (still running or crashed?)")
+            else:  # a finished run whose result is damaged: not the same as still running
+                _warn(f"skipping run {p}: {p / 'summary.json'} is {problem}")
             skipped.append(p)
             continue
         runs.append(run)
     if not runs:
-        raise ValueError("compare: no complete runs among the given run directories")
+        raise CompareError("runs: no complete run among the given run directories")
+    _check_grouping(runs, group_by)
+    _check_out(out_dir)
 
     # Bucket by the JSON text of the values: config values may be lists (unhashable).
     buckets: dict[str, tuple[list[Any], list[Run]]] = {}

@@ -108,9 +108,9 @@ def train_command(argv: Sequence[str]) -> int:
     except Interrupted as exc:
         print(f"hybrid train: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("hybrid train: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # StartupInterrupted (a runtime starting) has a code
+        print(f"hybrid train: {exc or 'interrupted'}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
     except Diverged as exc:
         print(f"hybrid train: {exc}", file=sys.stderr)
         return 1
@@ -143,7 +143,9 @@ def compare_command(argv: Sequence[str]) -> int:
     parser.add_argument("--group-by", nargs="+", default=["scheduler"], help="config fields")
     parser.add_argument("--metric", default="final_eval_return", help="a summary.json key")
     args = parser.parse_args(argv)
-    from hybrid.analysis import compare, find_runs
+    import warnings
+
+    from hybrid.analysis import AnalysisWarning, CompareError, compare, find_runs
 
     run_dirs = []
     for path in map(Path, args.runs):
@@ -152,10 +154,21 @@ def compare_command(argv: Sequence[str]) -> int:
         run_dirs += [path] if (path / "config.json").exists() else find_runs(path)
     if not run_dirs:
         return fail("compare", "runs: no run directory (one holding config.json) found")
-    comparison = compare(run_dirs, args.out, group_by=args.group_by, metric=args.metric)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", AnalysisWarning)
+        warnings.showwarning = _one_line_warning  # restored when the block ends
+        try:
+            comparison = compare(run_dirs, args.out, group_by=args.group_by, metric=args.metric)
+        except CompareError as exc:
+            return fail("compare", str(exc))
     print(comparison.to_markdown())
     print(f"figures and tables written to {args.out}")
     return 0
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object) -> None:
+    """A skipped run as one line on stderr, not Python's file:line + source-line format."""
+    print(f"hybrid compare: warning: {message}", file=sys.stderr)
 
 
 def timeline_command(argv: Sequence[str]) -> int:

@@ -22,6 +22,7 @@ stderr and exit code 2 before any run starts; every expanded config is checked t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -42,8 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
-
-import numpy as np
 
 from hybrid.config import ConfigError, TrainConfig
 
@@ -109,6 +108,14 @@ DEFAULTS = {"q": 1.0, "mu": 0.0, "sigma": 1.0, "a": 1.0, "b": 1.0}
 GRID_DISTRIBUTIONS = ("constant", "categorical", "int_uniform", "q_uniform")
 # Fields the runner sets for every run itself.
 RUNNER_FIELDS = ("out",)
+# Fields a sweep may not set: each run of a sweep starts fresh (a rerun resumes the sweep).
+REFUSED_FIELDS = {
+    "resume": "a sweep's runs start fresh; to resume a sweep, rerun the same hybrid sweep "
+    "command (finished runs are skipped, unfinished ones rerun)",
+}
+MAX_RUNS = 10_000
+"""Sweeps planning more runs are refused unless --max-runs asks for that many: a typo in a
+range (max: 1e11) must not take the machine's memory or a week of compute."""
 
 MAX_NAME = 120
 CONTINUOUS_DIGITS = 4
@@ -136,19 +143,22 @@ class Param:
     distribution: str
     spec: dict[str, Any]
 
-    def grid_values(self) -> list[Any]:
-        """The values a grid search enumerates, in order, duplicates dropped (as wandb does)."""
+    def grid_values(self) -> Sequence[Any]:
+        """The values a grid search enumerates, in order, duplicates dropped (as wandb does).
+
+        A lazy sequence for ranges: ``seed: {min: 0, max: 100000000000}`` has a length
+        without holding 10^11 values.
+        """
         d, s = self.distribution, self.spec
         if d == "constant":
             return [s["value"]]
         if d == "categorical":
             return _unique(s["values"])
         if d == "int_uniform":
-            return list(range(s["min"], s["max"] + 1))
+            return range(s["min"], s["max"] + 1)
         if d == "q_uniform":
             # wandb's grid uses np.arange(min, max, q): max itself is excluded.
-            values = np.arange(s["min"], s["max"], s["q"]).tolist()
-            return [v if isinstance(v, int) else _clean(v) for v in values]
+            return _Arange(s["min"], s["max"], s["q"])
         raise SweepError(
             f"{self.name}: a grid cannot enumerate the {d} distribution; "
             "use values, int_uniform or q_uniform, or method: random"
@@ -203,6 +213,26 @@ class Param:
         else:  # inv_log_uniform_values
             x = math.exp(-(-math.log(hi) + (1 - u) * (math.log(hi) - math.log(lo))))
         return _quantize(x, s["q"]) if d.startswith("q_") else _continuous(x)
+
+
+class _Arange(Sequence[Any]):
+    """``np.arange(start, stop, step).tolist()`` (cleaned of float artefacts), computed per item."""
+
+    def __init__(self, start: int | float, stop: int | float, step: int | float) -> None:
+        self.start, self.step = start, step
+        self.ints = all(isinstance(v, int) for v in (start, stop, step))
+        self.n = max(0, math.ceil((stop - start) / step))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        value = self.start + (i % self.n) * self.step
+        return value if self.ints else _clean(float(value))
 
 
 def _normal_ppf(u: float, mu: float, sigma: float) -> float:
@@ -272,7 +302,9 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     except OSError as exc:
         raise SweepError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader that refuses repeats
+    except _DuplicateKey as exc:
+        raise SweepError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise SweepError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(doc, dict) or not doc:
@@ -308,6 +340,33 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     if "early_terminate" in doc:
         notes.append("early_terminate is applied by the wandb server only; offline it is ignored")
     return Sweep(path, method, params, run_cap, train_args, tuple(notes))
+
+
+class _DuplicateKey(Exception):
+    """A mapping that names a key twice: YAML keeps the last silently, hiding the first."""
+
+
+def _unique_key_loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges are not repeats
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise _DuplicateKey(
+                        f"duplicate key {key!r} (line {line}; first on line {seen[key]}): "
+                        "YAML would silently keep only the last one; remove one of them"
+                    )
+                if isinstance(key, (str, int, float, bool)):
+                    seen[key] = line
+            return super().construct_mapping(node, deep)
+
+    return Loader
 
 
 def _yaml_problem(exc: Exception) -> str:
@@ -352,6 +411,8 @@ def _params(path: Path, raw: Any, fields: set[str]) -> tuple[Param, ...]:
             )
         if name in RUNNER_FIELDS:
             raise SweepError(f"{where}: set by hybrid sweep for each run (--out DIR/<run name>)")
+        if name in REFUSED_FIELDS:
+            raise SweepError(f"{where}: not a sweep parameter: {REFUSED_FIELDS[name]}")
         params.append(_param(where, name, raw[name]))
     return tuple(params)
 
@@ -478,6 +539,10 @@ def _command(path: Path, doc: dict[str, Any]) -> tuple[tuple[str, ...], list[str
         if token.startswith("${") and not _ENVVAR.fullmatch(token):
             raise SweepError(f"{path}: command: {token} after train is not a hybrid train flag")
         extra.append(_ENVVAR.sub(lambda m: os.environ.get(m.group(1), m.group(1)), token))
+    for token in extra:
+        flag = token.split("=", 1)[0].lstrip("-").replace("-", "_")
+        if token.startswith("--") and flag in REFUSED_FIELDS:
+            raise SweepError(f"{path}: command: {token}: {REFUSED_FIELDS[flag]}")
     return tuple(extra), []
 
 
@@ -504,36 +569,62 @@ class PlannedRun:
     config: TrainConfig
 
 
-def expand(sweep: Sweep, max_runs: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-    """The parameter values of each run, in the order they run.
+def grid_size(sweep: Sweep) -> int:
+    """How many runs the full grid holds, computed from the axes' lengths (nothing expanded)."""
+    return math.prod(len(p.grid_values()) for p in sweep.params)
 
-    grid: every combination, the last parameter (by name) varying fastest, as wandb's grid.
-    random: ``max_runs`` (else ``run_cap``) distinct draws; draw i of parameter p comes from
-    its own stream seeded by (seed, i, p), so adding a parameter or raising max_runs keeps
-    the earlier draws and a rerun finds its finished runs.
-    """
+
+def planned_runs(sweep: Sweep, max_runs: int | None = None) -> int:
+    """How many runs :func:`expand` will give (random search: at most this many)."""
     limit = max_runs if max_runs is not None else sweep.run_cap
     if sweep.method == "grid":
-        axes = [p.grid_values() for p in sweep.params]
-        combos = itertools.product(*axes)
-        configs = [dict(zip([p.name for p in sweep.params], c, strict=True)) for c in combos]
-        return configs if limit is None else configs[:limit]
+        size = grid_size(sweep)
+        return size if limit is None else min(size, limit)
     if limit is None:
         raise SweepError(
             f"{sweep.path}: random search needs a number of runs: --max-runs K or run_cap: K"
         )
+    return limit
+
+
+def iter_configs(sweep: Sweep, max_runs: int | None = None, seed: int = 0) -> Iterator[dict]:
+    """The parameter values of each run, in the order they run, one at a time.
+
+    grid: every combination, the last parameter (by name) varying fastest, as wandb's grid;
+    the i-th combination is computed from i (mixed radix), so a huge grid costs nothing
+    until its runs are taken. random: ``max_runs`` (else ``run_cap``) distinct draws; draw
+    i of parameter p comes from its own stream seeded by (seed, i, p), so adding a
+    parameter or raising max_runs keeps the earlier draws and a rerun finds its runs.
+    """
+    count = planned_runs(sweep, max_runs)
+    names = [p.name for p in sweep.params]
+    if sweep.method == "grid":
+        axes = [p.grid_values() for p in sweep.params]
+        for index in range(count):
+            values = []
+            for axis in reversed(axes):
+                index, digit = divmod(index, len(axis))
+                values.append(axis[digit])
+            yield dict(zip(names, reversed(values), strict=True))
+        return
     keys = _varying(sweep)
-    configs, seen = [], set()
-    # A finite space (all categorical) may hold fewer than `limit` configs: stop looking.
-    for index in range(100 * limit + 100):
+    seen: set[str] = set()
+    found = 0
+    # A finite space (all categorical) may hold fewer than `count` configs: stop looking.
+    for index in range(100 * count + 100):
         values = {p.name: p.draw(_quantile(seed, index, p.name)) for p in sweep.params}
         key = run_name(values, keys)
         if key not in seen:
             seen.add(key)
-            configs.append(values)
-            if len(configs) == limit:
-                break
-    return configs
+            yield values
+            found += 1
+            if found == count:
+                return
+
+
+def expand(sweep: Sweep, max_runs: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """Every run's parameter values, as a list (see :func:`iter_configs`)."""
+    return list(iter_configs(sweep, max_runs, seed))
 
 
 def _quantile(seed: int, index: int, name: str) -> float:
@@ -569,25 +660,44 @@ def _text(value: Any) -> str:
 def plan(
     sweep: Sweep, out: str | os.PathLike[str], max_runs: int | None = None, seed: int = 0
 ) -> list[PlannedRun]:
-    """Expand the sweep and check every run the way ``hybrid train`` does before it writes.
+    """Expand the sweep and check every run the way ``hybrid train`` checks it before it writes.
 
-    Each run's flags go through the same parser as the child's (so a value is read the
-    same way), then TrainConfig.validate(), then the env and head checks.
+    Refused when it would plan more than ``MAX_RUNS`` runs and ``max_runs`` does not ask for
+    them (the count comes from the axes' lengths: nothing is expanded to refuse). Each
+    distinct value of a parameter goes once through the parser the child uses (so a value
+    is read the same way); each run's config is then the sweep's base config with its typed
+    values, checked by TrainConfig.validate() and the env and head checks. Parsing every run
+    would cost ~40 ms each: 7 minutes for a 10,000-run grid.
     """
-    from hybrid.cli import parse_train_args
     from hybrid.core.loop import check_head
     from hybrid.envs import describe
 
+    count = planned_runs(sweep, max_runs)
+    if count > MAX_RUNS and max_runs is None:
+        what = "run_cap" if sweep.run_cap is not None and sweep.method == "random" else "grid"
+        if what == "grid":
+            sizes = " x ".join(f"{p.name}: {len(p.grid_values()):,}" for p in sweep.params)
+            what = f"the grid has {count:,} runs ({sizes})"
+        else:
+            what = f"run_cap asks for {count:,} runs"
+        raise SweepError(
+            f"{sweep.path}: {what}, above the {MAX_RUNS:,} a sweep plans by default; "
+            "narrow it, or pass --max-runs K to plan the first K runs (K may exceed "
+            f"{MAX_RUNS:,})"
+        )
     keys = _varying(sweep)
-    runs, envs = [], {}
-    for values in expand(sweep, max_runs, seed):
+    typed = _TypedValues(sweep.train_args)
+    base = typed.base
+    runs, names, envs = [], set(), {}
+    for values in iter_configs(sweep, max_runs, seed):
         name = run_name(values, keys)
         run_dir = Path(out) / name
         # wandb's ${args} is --name=str(value): the same strings online and offline.
         flags = [f"--{k}={_text(v)}" for k, v in values.items()]
         train_argv = [*sweep.train_args, *flags, f"--out={run_dir}", "--progress=False"]
         try:
-            cfg = parse_train_args(train_argv)
+            changes = {k: typed.value(k, v) for k, v in values.items()}
+            cfg = base.replace(**changes, out=str(run_dir))
             cfg.validate()
             if cfg.env not in envs:
                 envs[cfg.env] = describe(cfg.env)
@@ -595,10 +705,45 @@ def plan(
         except ConfigError as exc:
             where = f"run {name}: " if keys else ""
             raise SweepError(f"{sweep.path}: {where}{exc}") from None
-        if any(r.name == name for r in runs):
+        if name in names:
             raise SweepError(f"{sweep.path}: two runs would share the directory {name}")
+        names.add(name)
         runs.append(PlannedRun(name, values, run_dir, (*TRAIN_COMMAND, *train_argv), cfg))
     return runs
+
+
+class _TypedValues:
+    """Sweep values as the ``hybrid train`` parser types them, parsed once per distinct value.
+
+    A number whose first value of its Python type round-trips through the parser (``seed``
+    5 -> 5, ``lr`` 1 -> 1.0) converts the rest of that type the same way without parsing:
+    a 10^4-value seed range is one parse. Ranges and bounds are TrainConfig.validate()'s
+    job, which every run still gets.
+    """
+
+    def __init__(self, train_args: Sequence[str]) -> None:
+        from hybrid.cli import parse_train_args
+
+        self._parse = parse_train_args
+        self._args = list(train_args)
+        self.base = parse_train_args([*self._args, "--progress=False"])
+        self._parsed: dict[tuple[str, str, str], Any] = {}
+        self._numeric: dict[tuple[str, type], type] = {}
+
+    def value(self, name: str, value: Any) -> Any:
+        kind = type(value)
+        convert = self._numeric.get((name, kind))
+        if convert is not None:
+            return convert(value)
+        key = (name, kind.__name__, repr(value))
+        if key not in self._parsed:
+            cfg = self._parse([*self._args, f"--{name}={_text(value)}", "--progress=False"])
+            parsed = getattr(cfg, name)
+            self._parsed[key] = parsed
+            numeric = kind in (int, float) and type(parsed) in (int, float)
+            if numeric and parsed == value:
+                self._numeric[(name, kind)] = type(parsed)
+        return self._parsed[key]
 
 
 # --- state on disk ------------------------------------------------------------------------
@@ -676,7 +821,8 @@ def execute(
 
     stdout and stderr of a run go to ``log_dir/<name>.out`` / ``.err`` (its run directory
     must be empty when hybrid train starts). Ctrl-C or SIGTERM stops the running children;
-    their directories stay incomplete and the next invocation reruns them.
+    their directories stay incomplete and the next invocation reruns them; a runner that is
+    SIGKILLed takes its running children with it (``_die_with_parent``).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, WANDB_MODE="offline")
@@ -695,7 +841,12 @@ def execute(
                         open(log_dir / f"{run.name}.err", "wb") as err,
                     ):
                         proc = subprocess.Popen(
-                            run.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
+                            run.argv,
+                            stdout=out,
+                            stderr=err,
+                            stdin=subprocess.DEVNULL,
+                            env=env,
+                            **_die_with_parent(),
                         )
                     running[proc] = (run, time.monotonic())
                 finished = [p for p in running if p.poll() is not None]
@@ -709,6 +860,33 @@ def execute(
     finally:
         _stop(running)
     return outcomes
+
+
+def _die_with_parent() -> dict[str, Any]:
+    """Popen arguments that tie a run to this runner, so that a SIGKILLed sweep leaves no run.
+
+    Each run leads a process group of its own (its env workers, Ray...), which ``_stop``
+    signals whole. On Linux the kernel also sends the run SIGTERM when this runner dies,
+    however it dies (PR_SET_PDEATHSIG, set in the child before exec): SIGTERM rather than
+    SIGKILL, so the run stops its own workers on the way out.
+    """
+    if os.name != "posix":
+        return {}
+    # A session of its own (Python 3.10 has no process_group=): its own group, no terminal.
+    if not sys.platform.startswith("linux"):
+        return {"start_new_session": True}
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    runner = os.getpid()
+
+    def set_parent_death_signal() -> None:  # runs in the child, between fork and exec
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != runner:  # the runner died before prctl: nobody will signal us
+            os._exit(1)
+
+    return {"start_new_session": True, "preexec_fn": set_parent_death_signal}
 
 
 def _outcome(run: PlannedRun, code: int, seconds: float, log_dir: Path) -> Outcome:
@@ -745,16 +923,25 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 def _stop(running: dict[subprocess.Popen[bytes], Any]) -> None:
+    """SIGTERM each run's process group, then SIGKILL what is left of it after 10 s."""
     for proc in running:
         if proc.poll() is None:
-            proc.terminate()
+            _signal_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + 10
     for proc in running:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)  # the run leads its group (_die_with_parent)
+    except (AttributeError, ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
 
 
 # --- the command --------------------------------------------------------------------------

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 from scipy.stats import trim_mean
 
-from hybrid.analysis import AnalysisWarning, Comparison, compare, load_run, read_jsonl
+from hybrid.analysis import (
+    AnalysisWarning,
+    CompareError,
+    Comparison,
+    compare,
+    load_run,
+    read_jsonl,
+)
 from hybrid.stats import (
     aggregate,
     curve_ci,
@@ -452,3 +459,66 @@ def test_ks_distance_hand_values() -> None:
     assert ks_distance(a, b) == pytest.approx(ks_2samp(*samples).statistic)
     with pytest.raises(ValueError):
         ks_distance([0, 0], [1])
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def _three_env_runs(root: Path) -> list[Path]:
+    """Pendulum, Acrobot and CartPole runs of one scheduler: returns on different scales."""
+    dirs = []
+    for env, score in (("Pendulum-v1", -1200.0), ("Acrobot-v1", -90.0), ("CartPole-v1", 500.0)):
+        for seed in range(2):
+            cfg = {"env": env, "scheduler": "async", "seed": seed}
+            dirs.append(make_run(root, f"{env}-{seed}", cfg, score))
+    return dirs
+
+
+def test_compare_refuses_to_pool_different_envs(tmp_path: Path) -> None:
+    dirs = _three_env_runs(tmp_path)
+    with pytest.raises(CompareError, match=r"3 envs .*Acrobot-v1.*group-by env"):
+        compare(dirs, tmp_path / "out", reps=50)
+    assert not (tmp_path / "out").exists()  # refused before writing anything
+    comp = compare(dirs, tmp_path / "out", group_by=("env", "scheduler"), reps=50, x_axes=())
+    assert sorted(g.key["env"] for g in comp.groups.values()) == [
+        "Acrobot-v1",
+        "CartPole-v1",
+        "Pendulum-v1",
+    ]
+
+
+def test_compare_refuses_an_unknown_group_by_field(tmp_path: Path) -> None:
+    dirs = make_runs(tmp_path)
+    with pytest.raises(CompareError, match=r"'nosuchfield'.*valid fields: .*scheduler") as err:
+        compare(dirs, tmp_path / "out", group_by=("nosuchfield",), reps=50)
+    assert "\n" not in str(err.value)
+
+
+def test_corrupt_summary_is_reported_as_corrupt_not_missing(tmp_path: Path) -> None:
+    dirs = make_runs(tmp_path)
+    (dirs[0] / "summary.json").write_text('{"solved": tru')  # torn by a crash or an editor
+    with pytest.warns(AnalysisWarning, match="corrupt") as caught:
+        comp = compare(dirs, tmp_path / "out", reps=50, x_axes=())
+    message = " ".join(str(w.message) for w in caught)
+    assert str(dirs[0] / "summary.json") in message and "no summary.json" not in message
+    assert comp.skipped == [dirs[0]]
+
+
+def test_compare_cli_refusals_are_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    from hybrid.cli import main
+
+    runs = tmp_path / "runs"
+    _three_env_runs(runs)
+    a_file = tmp_path / "report.txt"
+    a_file.write_text("not a folder")
+    cases = {
+        "envs": [str(runs), "--out", str(tmp_path / "r1")],
+        "nosuchfield": [str(runs), "--out", str(tmp_path / "r2"), "--group-by", "nosuchfield"],
+        "is a file": [str(runs), "--out", str(a_file), "--group-by", "env"],
+    }
+    for expected, argv in cases.items():
+        assert main(["compare", *argv]) == 2, expected
+        err = capsys.readouterr().err.strip()
+        assert expected in err and "Traceback" not in err, err
+        assert len(err.splitlines()) == 1, err
+    assert a_file.read_text() == "not a folder"

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -427,11 +428,15 @@ def test_ray_sync_starts_and_stops_its_own_local_ray(fixed_budget, no_leaks):
         pytest.skip("a Ray instance from elsewhere is running in this process")
     token = Path.home() / ".ray" / "auth_token"
     had_token = token.exists()
+    private_dirs = set(Path(tempfile.gettempdir()).glob("hybrid-ray-*"))
+    environ = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
     result = hybrid.train(fixed_budget(runtime="ray", scheduler="sync", workers=2))
     _check_summary(result, "ray")
     assert result.summary["staleness_max"] == 0
     assert not ray.is_initialized()
     assert token.exists() == had_token, "Ray wrote an auth token into the home directory"
+    assert set(Path(tempfile.gettempdir()).glob("hybrid-ray-*")) == private_dirs, "token left"
+    assert {k: v for k, v in os.environ.items() if k.startswith("RAY_")} == environ
 
 
 @pytest.fixture(scope="module")
@@ -443,11 +448,48 @@ def ray_session():
     owned = connect(TrainConfig(workers=2))
     yield ray
     if owned:
-        ray.shutdown()
+        owned.close()
 
 
 def test_ray_local_instance_is_loopback_only(ray_session):
     assert ray_session.util.get_node_ip_address() == "127.0.0.1"
+
+
+def test_ray_local_instance_refuses_a_client_without_its_token(ray_session, tmp_path):
+    """Another local user (no token, a home of its own) must not reach the run's Ray."""
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
+    assert token_path and oct(os.stat(token_path).st_mode & 0o777) == "0o600"
+    assert not token_path.startswith(str(Path.home()))
+    gcs = ray_session.get_runtime_context().gcs_address
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(tmp_path)
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # else its Ray dials the routable address
+    intruder = (
+        "import os, ray\n"
+        f"ray.init(address={gcs!r}, log_to_driver=False)\n"
+        "print('CONNECTED', flush=True)\n"
+        "print(ray.get(ray.remote(lambda: os.system('true')).remote()), flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", intruder],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    verdict = "exited"
+    watchdog = threading.Timer(90, proc.kill)  # a hang fails the test instead of stalling it
+    watchdog.start()
+    try:
+        for line in proc.stdout:  # Ray retries a refused client for ~20 s: stop at the first
+            if "CONNECTED" in line or "Unauthenticated" in line or "InvalidAuthToken" in line:
+                verdict = line.strip()
+                break
+    finally:
+        watchdog.cancel()
+        proc.kill()
+        proc.wait()
+    assert "CONNECTED" not in verdict and verdict != "exited", verdict
 
 
 @pytest.mark.parametrize("scheduler", ["async", "bounded", "hybrid", "fedavg"])
@@ -505,17 +547,135 @@ def test_ray_task_connection_runs_tasks_and_reports_a_raising_task(ray_session):
     assert not thread.is_alive() and not raised  # it stopped serving, quietly
 
 
-def test_ray_task_connection_refuses_a_wrong_key(ray_session):
-    from hybrid.runtimes.ray import ActorWorker
+def test_ray_actor_outlasts_a_wrong_key_and_a_silent_peer(monkeypatch):
+    """A local process that knocks on an actor's port must neither stop it nor hold it."""
+    import socket
 
+    import ray
+
+    from hybrid.runtimes import ray as ray_runtime
+
+    monkeypatch.setattr(ray_runtime, "HANDSHAKE_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")  # no Ray needed
     cfg = TrainConfig(env="CartPole-v1", workers=1)
-    actor = ActorWorker(0, 0, cfg, describe(cfg.env))
-    address, _ = actor.listen(os.urandom(32))
+    info = describe(cfg.env)
+    actor = ray_runtime.ActorWorker(0, 0, cfg, info)
+    key = os.urandom(32)
+    address, _ = actor.listen(key)
     thread, raised = _serve_in_background(actor)
     with pytest.raises(AuthenticationError):
-        Client(address, authkey=os.urandom(32))
+        Client(address, authkey=os.urandom(32))  # refused: it read nothing
+    silent = socket.create_connection(address)  # connects and never answers the challenge
+    answers = []
+
+    def driver():
+        with Client(address, authkey=key) as conn:
+            conn.send((initial_params(cfg, info).numpy(), 7, "gradient", None))
+            answers.append(conn.recv())
+
+    talk = threading.Thread(target=driver, daemon=True)  # a hang fails the test, not CI
+    talk.start()
+    talk.join(60)
+    silent.close()
+    assert answers and answers[0][0] == "result" and answers[0][1]["base_version"] == 7
     thread.join(10)
-    assert len(raised) == 1 and isinstance(raised[0], AuthenticationError)  # read nothing
+    assert not thread.is_alive() and not raised
+
+
+def test_ray_driver_connect_has_a_deadline():
+    """An actor's port held by something that never answers: the driver gives up, it does
+    not block in Client() forever."""
+    import socket
+
+    from hybrid.runtimes import ray as ray_runtime
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        outcome = []
+
+        def connect():
+            try:
+                ray_runtime.open_connection(server.getsockname(), os.urandom(32), timeout=0.5)
+            except ray_runtime.HANDSHAKE_ERRORS as exc:
+                outcome.append(exc)
+
+        attempt = threading.Thread(target=connect, daemon=True)
+        attempt.start()
+        attempt.join(60)
+        assert outcome and isinstance(outcome[0], OSError)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again: nothing listens there
+
+
+def test_ray_unreachable_address_is_one_line_exit_2(tmp_path):
+    _ray()
+    argv = ["--runtime", "ray", "--ray-address", f"127.0.0.1:{_free_port()}", "--workers", "1"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hybrid.cli", "train", *argv, "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=100,  # ray.init alone would retry for minutes
+        env=dict(os.environ, WANDB_MODE="offline"),
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    assert "ray_address" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ray_sigterm_during_startup_exits_143_and_ends_every_ray_process(tmp_path):
+    _ray()
+    argv = ["--runtime", "ray", "--workers", "1", "--total-env-steps", "100000"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "hybrid.cli", "train", *argv, "--out", str(tmp_path / "run")],
+        env=dict(os.environ, WANDB_MODE="offline"),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    seen: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not any("agent" in cmd.lower() for cmd in seen.values()):  # Ray is starting
+            assert child.poll() is None and time.monotonic() < deadline, "Ray did not start"
+            time.sleep(0.05)
+            seen = _descendants(child.pid)
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 143, err[-2000:]
+    assert "SIGTERM" in err and "Traceback" not in err, err[-2000:]
+    # The raylet's agents used to outlive it by a minute.
+    left = _eventually_empty(lambda: {p: c for p, c in _proc_table().items() if p in seen})
+    assert not left, f"Ray processes left after SIGTERM at start-up: {left}"
+
+
+def test_ray_actor_the_driver_cannot_reach_in_time_is_replaced(
+    fixed_budget, ray_session, monkeypatch
+):
+    """A connect that misses its deadline (an intruder held the actor) counts as a failure:
+    the actor is replaced and the run goes on, at start-up as later."""
+    from hybrid.runtimes import ray as ray_runtime
+
+    real, calls = ray_runtime.open_connection, []
+
+    def first_one_times_out(address, authkey, timeout=ray_runtime.CONNECT_TIMEOUT_S):
+        calls.append(address)
+        if len(calls) == 1:
+            raise TimeoutError("timed out")
+        return real(address, authkey, timeout)
+
+    monkeypatch.setattr(ray_runtime, "open_connection", first_one_times_out)
+    cfg = fixed_budget(runtime="ray", scheduler="async", workers=2, total_env_steps=300)
+    result = hybrid.train(cfg)
+    assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
+    assert len(calls) == 3  # two actors, one of them twice
 
 
 @pytest.mark.slow

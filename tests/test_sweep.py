@@ -334,3 +334,167 @@ def test_module_entry_point_runs_offline(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "grid, 4 runs" in proc.stdout
+
+
+# --- hostile and careless inputs -------------------------------------------------------------
+
+HUGE_GRID = "method: grid\nparameters:\n  seed: {min: 0, max: 100000000000}\n"
+
+
+def test_a_huge_grid_is_refused_by_its_size_without_expanding_it(tmp_path):
+    import resource
+    import subprocess
+
+    def small_address_space() -> None:  # a grid that is expanded fails fast, not the machine
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    spec = write_sweep(tmp_path, HUGE_GRID)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hybrid.sweep", str(spec), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        preexec_fn=small_address_space,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "100,000,000,001 runs" in proc.stderr and "--max-runs" in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_max_runs_takes_the_first_runs_of_a_huge_grid(tmp_path):
+    spec = load_sweep(write_sweep(tmp_path, HUGE_GRID))
+    runs = plan(spec, tmp_path / "out", max_runs=3)
+    assert [r.name for r in runs] == ["seed=0", "seed=1", "seed=2"]
+    assert [r.config.seed for r in runs] == [0, 1, 2]
+
+
+def test_a_large_grid_parses_each_distinct_value_once_not_each_run(tmp_path, monkeypatch):
+    from hybrid import cli
+
+    calls = []
+    real = cli.parse_train_args
+
+    def counting(argv):
+        calls.append(list(argv))
+        return real(argv)
+
+    monkeypatch.setattr(cli, "parse_train_args", counting)
+    body = "method: grid\nparameters:\n  seed: {min: 0, max: 199}\n"
+    body += "  scheduler: {values: [sync, async]}\n  lr: {values: [0.001, 0.0007]}\n"
+    runs = plan(load_sweep(write_sweep(tmp_path, body)), tmp_path / "out")
+    assert len(runs) == 800 and len({r.name for r in runs}) == 800
+    assert len(calls) <= 8, f"{len(calls)} parses for 800 runs"
+    last = runs[-1].config
+    assert (last.seed, last.scheduler, last.lr) == (199, "async", 0.0007)  # typed as the CLI does
+    assert isinstance(last.seed, int) and runs[0].config.out == str(tmp_path / "out" / runs[0].name)
+
+
+def test_a_bad_value_deep_in_a_grid_is_still_named(tmp_path, capsys):
+    body = "method: grid\nparameters:\n  seed: {min: 0, max: 99}\n"
+    body += "  workers: {values: [2, 0]}\n"  # workers=0 fails TrainConfig.validate
+    spec = write_sweep(tmp_path, body)
+    assert sweep_command([str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "run seed=0,workers=0: workers" in err and len(err.strip().splitlines()) == 1
+
+
+REFUSED_DRY = {
+    "resume parameter": (
+        "method: grid\nparameters:\n  resume: {value: runs/old}\n  seed: {values: [0, 1]}\n",
+        "resume: ",
+    ),
+    "resume in command": (
+        'method: grid\ncommand: [hybrid, train, --resume=runs/old, "${args}"]\n'
+        "parameters:\n  seed: {values: [0, 1]}\n",
+        "--resume",
+    ),
+    "duplicate parameter": (
+        "method: grid\nparameters:\n  seed: {values: [0, 1]}\n  seed: {values: [2]}\n",
+        "duplicate key 'seed' (line 4",
+    ),
+    "duplicate top-level key": (
+        "method: grid\nparameters:\n  seed: {values: [0]}\nmethod: random\n",
+        "duplicate key 'method' (line 4",
+    ),
+    "grid above the cap": (
+        "method: grid\nparameters:\n  seed: {min: 0, max: 199}\n  lr: {min: 1, max: 60}\n",
+        "12,000 runs",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_DRY))
+def test_careless_sweeps_are_refused_up_front(tmp_path, capsys, case):
+    text, message = REFUSED_DRY[case]
+    out = tmp_path / "out"
+    code = sweep_command([str(write_sweep(tmp_path, text)), "--out", str(out), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("hybrid sweep: error:")
+    assert message in err
+    assert not out.exists()
+
+
+def test_max_runs_lifts_the_grid_cap(tmp_path, capsys):
+    text = REFUSED_DRY["grid above the cap"][0].replace("max: 199}", "max: 9}", 1)
+    spec = write_sweep(tmp_path, text.replace("max: 60}", "max: 1001}"))  # 10,010 runs
+    assert sweep_command([str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    assert "10,010 runs" in capsys.readouterr().err
+    argv = [str(spec), "--out", str(tmp_path / "o"), "--dry-run", "--max-runs", "10010"]
+    assert sweep_command(argv) == 0
+    assert "10010 runs" in capsys.readouterr().out
+
+
+SLEEPY_TRAIN = """\
+import os, sys, time
+out = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--out="))
+with open(os.path.join(os.path.dirname(out), "child.pid"), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(600)
+"""
+
+
+def test_a_sigkilled_sweep_takes_its_running_train_with_it(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    fake = tmp_path / "sleepy_train.py"
+    fake.write_text(SLEEPY_TRAIN)
+    spec = write_sweep(tmp_path, "method: grid\nparameters:\n  seed: {values: [0]}\n")
+    out = tmp_path / "out"
+    runner = (
+        "import sys; from hybrid import sweep\n"
+        f"sweep.TRAIN_COMMAND = [sys.executable, {str(fake)!r}]\n"
+        f"sys.exit(sweep.sweep_command([{str(spec)!r}, '--out', {str(out)!r}]))\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", runner], cwd=REPO)
+    child = 0
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "child.pid").exists():
+            assert parent.poll() is None and time.monotonic() < deadline, "no run started"
+            time.sleep(0.1)
+        while not child:  # written but maybe not flushed yet
+            child = int((out / "child.pid").read_text() or 0)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the run outlived its SIGKILLed sweep"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child and _alive(child):
+            os.kill(child, 9)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

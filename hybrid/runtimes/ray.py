@@ -23,8 +23,11 @@ The connection is ``multiprocessing.connection`` over TCP: the actor listens on 
 node's address (127.0.0.1 when Ray is local) on a free port, and the driver connects
 with a 32-byte key drawn for the run and handed to the actors through Ray: the HMAC
 challenge comes before anything is unpickled, so nobody without the key can send
-the actor a task. On a cluster the driver must reach the actors' nodes on ephemeral
-ports, as Ray's own worker ports already require.
+the actor a task. Anyone on the node can still connect to the port: a peer that fails
+the handshake, or stays silent past ``HANDSHAKE_TIMEOUT_S``, is dropped and the actor
+keeps listening for its driver, whose own connect has a deadline (``CONNECT_TIMEOUT_S``)
+past which the actor counts as failed and is replaced. On a cluster the driver must
+reach the actors' nodes on ephemeral ports, as Ray's own worker ports already require.
 
 Ordering is the earliest finished first: every result that has arrived when the loop
 asks is ordered by the time its task finished (wall clock, roughly comparable across
@@ -33,11 +36,20 @@ nodes).
 Local by default (``ray_address`` empty): Ray starts here, bound to 127.0.0.1 only
 (Ray 2.x resolves ``127.0.0.1`` to the machine's routable address unless it is told
 that this is not a cluster, which we tell it for the length of ``ray.init``), no
-dashboard, warnings only, worker logs not forwarded, usage statistics off, and no
-token written into ``~/.ray`` (``RAY_AUTH_MODE=disabled``) unless the user set those
-variables. ``ray_address`` joins an existing cluster instead; every node needs
-hybrid-rl installed. Ray is shut down on ``close`` only if this runtime started it,
-so a notebook's own ``ray.init`` survives a run.
+dashboard, warnings only, worker logs not forwarded, usage statistics off. Loopback is
+not enough on a shared machine: any local user could ``ray.init(address=...)`` to the
+run's GCS port and run code in its workers. So the local instance requires Ray's own
+token authentication (``RAY_AUTH_MODE=token``, Ray >= 2.52) with a fresh token kept in
+a private directory of the run (0700, under the temp dir, never ``~/.ray``), which also
+holds Ray's session files and is removed, token included, when the runtime closes. A
+token the user configured (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``) is used instead,
+and ``RAY_AUTH_MODE=disabled`` is obeyed with a warning. ``ray_address`` joins an existing
+cluster instead (first probed with a 5 s TCP connect, so a wrong address is one line,
+not minutes of retries); its security is the cluster's, and every node needs hybrid-rl
+installed. Ray is shut down on ``close`` only if this runtime started it, so a
+notebook's own ``ray.init`` survives a run. SIGINT or SIGTERM while Ray or the actors
+start shuts the local Ray down whole (no agent left behind) and raises
+``StartupInterrupted`` (exit code 130 / 143 in the CLI).
 
 Faults are handled as in the processes runtime: an actor that dies (``ray.kill``, a
 SIGKILL, its node lost) closes its connection, and one whose task raised reports the
@@ -55,13 +67,20 @@ import logging
 import os
 import secrets
 import selectors
+import shutil
+import signal
 import socket
+import struct
+import tempfile
+import threading
 import time
 import traceback
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
+from dataclasses import dataclass, field
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,7 +88,7 @@ import ray
 import torch
 
 from federated.clients import population
-from hybrid.config import TrainConfig
+from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.protocol import ComputeGradient, Snapshot, Task, Update
@@ -92,11 +111,62 @@ STARTUP_TIMEOUT_S = 300.0
 """How long an actor may take to start, warm up and connect (many at once on a busy node)."""
 RESTART_POLL_S = 0.05
 """While an actor is being replaced, the driver looks this often whether it is ready."""
+HANDSHAKE_TIMEOUT_S = 5.0
+"""How long an actor waits for each message of a connecting peer's HMAC handshake: a local
+process that connects to its port and says nothing (or the wrong thing) is dropped after
+this, and the actor goes on waiting for the driver."""
+CONNECT_TIMEOUT_S = 30.0
+"""How long the driver waits to reach an actor and for each message of the handshake (longer
+than HANDSHAKE_TIMEOUT_S: an actor may first have to drop an intruder). Past it the actor
+counts as failed and is replaced."""
 
-QUIET_DEFAULTS = {
-    "RAY_AUTH_MODE": "disabled",  # else Ray writes ~/.ray/auth_token into the user's home
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
+QUIET_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0"}
+PROBE_TIMEOUT_S = 5.0
+"""How long ``--ray-address`` may take to accept a TCP connection before the run gives up:
+ray.init would retry an unreachable address for minutes, printing a log line a second."""
+
+
+@contextlib.contextmanager
+def _deadline(conn: Connection, seconds: float) -> Iterator[None]:
+    """Make each blocking read and write on ``conn`` fail (OSError) after ``seconds``.
+
+    SO_RCVTIMEO/SO_SNDTIMEO on the socket itself: ``Connection`` reads its file descriptor
+    directly, so a Python socket timeout (a non-blocking fd) would break it instead.
+    """
+    with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:  # a dup
+        whole = int(seconds)
+        limit = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        none = struct.pack("ll", 0, 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+        try:
+            yield
+        finally:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, none)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, none)
+
+
+HANDSHAKE_ERRORS = (AuthenticationError, EOFError, OSError, ValueError, AssertionError)
+"""What a failed HMAC handshake raises: a wrong key, a peer that hung up or went silent
+(OSError: the deadline), or a peer that sent something else (multiprocessing checks the
+challenge's prefix with ``assert``)."""
+
+
+def open_connection(
+    address: tuple[str, int], authkey: bytes, timeout: float = CONNECT_TIMEOUT_S
+) -> Connection:
+    """The driver's end: ``multiprocessing.connection.Client`` with a deadline on every step."""
+    sock = socket.create_connection(address, timeout=timeout)
+    sock.settimeout(None)  # Connection needs a blocking fd; _deadline bounds the handshake
+    conn = Connection(sock.detach())
+    try:
+        with _deadline(conn, timeout):
+            answer_challenge(conn, authkey)
+            deliver_challenge(conn, authkey)
+    except BaseException:
+        conn.close()
+        raise
+    return _no_delay(conn)
 
 
 def _no_delay(conn: Connection) -> Connection:
@@ -119,8 +189,29 @@ class ActorWorker:
 
     def listen(self, authkey: bytes) -> tuple[Any, int]:
         """Open this actor's end of the connection; returns its address and the actor's pid."""
-        self._listener = Listener((ray.util.get_node_ip_address(), 0), authkey=authkey)
+        self._authkey = authkey
+        # No authkey here: _accept_driver runs the same HMAC handshake, with a deadline.
+        self._listener = Listener((ray.util.get_node_ip_address(), 0))
         return self._listener.address, os.getpid()
+
+    def _accept_driver(self) -> Connection:
+        """The first connection that passes the HMAC handshake (before anything is unpickled).
+
+        Anyone on the node can connect to the port: a peer with the wrong key, or one that
+        stays silent past HANDSHAKE_TIMEOUT_S, is dropped and the actor keeps listening, so
+        an intruder can neither stop the actor nor hold it from its driver.
+        """
+        assert self._listener is not None, "listen() first"
+        while True:
+            conn = self._listener.accept()
+            try:
+                with _deadline(conn, HANDSHAKE_TIMEOUT_S):
+                    deliver_challenge(conn, self._authkey)
+                    answer_challenge(conn, self._authkey)
+            except HANDSHAKE_ERRORS:
+                conn.close()
+                continue
+            return _no_delay(conn)
 
     def serve(self) -> None:
         """Run the tasks that come on the connection until the driver closes it.
@@ -128,8 +219,7 @@ class ActorWorker:
         This call holds the actor for the rest of its life: Ray runs one call at a time.
         A task that raises is reported on the connection, and the actor stops serving.
         """
-        assert self._listener is not None, "listen() first"
-        with _no_delay(self._listener.accept()) as conn:  # the HMAC challenge comes first
+        with self._accept_driver() as conn:
             self._listener.close()
             try:
                 while (task := conn.recv()) is not None:
@@ -187,23 +277,227 @@ def _loopback_only() -> Iterator[None]:
             os.environ[name] = old_env
 
 
-def connect(cfg: TrainConfig) -> bool:
-    """Start or join Ray as the config says; True if this call started it (and must stop it)."""
-    if ray.is_initialized():
-        return False
-    for key, value in QUIET_DEFAULTS.items():
-        os.environ.setdefault(key, value)
-    quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
-    if cfg.ray_address:
-        ray.init(address=cfg.ray_address, **quiet)
-        return True
-    with _loopback_only():
-        ray.init(
-            num_cpus=max(population(cfg), physical_cores()),  # one CPU per actor must fit
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            **quiet,
+class StartupInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while Ray or the actors were starting; all was shut down."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} while the ray runtime was starting"
         )
+        self.signum = signum
+        self.exit_code = 128 + signum  # what a shell reports for a process the signal ended
+
+
+class _StartupSignals:
+    """SIGINT and SIGTERM raise StartupInterrupted while the runtime starts (then restored).
+
+    ray.init installs its own SIGTERM handler (``sys.exit(15)``) as it starts: ``rearm``
+    puts ours back afterwards and keeps Ray's to restore. After the first signal, later
+    ones are ignored until the clean-up is done: a second Ctrl-C must not cut it short.
+    """
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+        self.fired = False
+
+    def __enter__(self) -> _StartupSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if not self.fired:
+            self.fired = True
+            raise StartupInterrupted(signum)
+
+    def rearm(self) -> None:
+        if signal.SIGTERM in self.previous:
+            self.previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._handler)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _parse_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of ``host:port``, ``ray://host:port`` or ``[v6]:port``; None for ``auto``."""
+    rest = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raise ConfigError (one line) unless ``address`` accepts a TCP connection in ``timeout``."""
+    where = _parse_address(address)
+    if where is None:
+        return  # "auto" and the like: Ray finds the cluster itself
+    try:
+        socket.create_connection(where, timeout=timeout).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise ConfigError(
+            f"ray_address: nothing answers at {address} ({reason} within {timeout:.0f} s); "
+            "start the cluster's head there (ray start --head), or leave --ray-address empty "
+            "for a local Ray"
+        ) from None
+
+
+@dataclass
+class RaySession:
+    """The Ray this runtime started or joined: what ``close`` must undo.
+
+    A local instance keeps everything in a private directory (0700) of its own: the token
+    that admits clients to its GCS, and Ray's session directory, so that its processes can
+    be found and ended even when ``ray.init`` was interrupted half-way.
+    """
+
+    private_dir: Path | None = None
+    saved_env: dict[str, str | None] = field(default_factory=dict)
+
+    def set_env(self, name: str, value: str) -> None:
+        self.saved_env.setdefault(name, os.environ.get(name))
+        os.environ[name] = value
+
+    def close(self) -> None:
+        """Stop Ray (and, for a local instance, every process of it), put the environment
+        back and remove the private directory with its token."""
+        # Listed before shutdown: once the raylet is gone its agents are no longer its
+        # children, and ray.shutdown ends none of them when ray.init was interrupted.
+        leftovers = _processes_of(self.private_dir) if self.private_dir is not None else {}
+        ray.shutdown()
+        _kill_processes(leftovers)
+        for name, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self.saved_env = {}
+        _reload_ray_auth_settings()
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+            self.private_dir = None
+
+
+def _reload_ray_auth_settings() -> bool:
+    """Make this process's Ray read RAY_AUTH_* again (it caches them); False if it has none.
+
+    ``Config.initialize`` before the cache reset, as Ray's own test helpers do: a core
+    worker thread still draining would otherwise reload a token that is being removed.
+    """
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config
+    except ImportError:  # a Ray before 2.52: no token authentication
+        return False
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+    return True
+
+
+def _processes_of(private_dir: Path) -> dict[int, str]:
+    """pid -> start time of a local Ray's processes: those whose command line names its
+    directory (GCS, raylet, monitors) and all their descendants (the agents and workers,
+    which rename themselves ``ray::...``)."""
+    table: dict[int, tuple[int, str, bytes]] = {}  # pid -> (parent, start time, cmdline)
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                table[int(entry)] = (int(fields[1]), fields[19], f.read())
+        except (OSError, IndexError, ValueError):
+            continue  # exited while we looked
+    needle = str(private_dir).encode()
+    found = {pid for pid, (_, _, cmd) in table.items() if needle in cmd and pid != os.getpid()}
+    grew = True
+    while grew:
+        children = {pid for pid, (parent, _, _) in table.items() if parent in found}
+        grew = not children <= found
+        found |= children
+    return {pid: table[pid][1] for pid in found}
+
+
+def _kill_processes(processes: dict[int, str]) -> None:
+    """SIGKILL those of ``processes`` still alive (the same process: same start time)."""
+    for pid, started in processes.items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[19] != started:
+                    continue  # the pid was reused
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+
+
+def _private_token(session: RaySession) -> None:
+    """Turn on Ray's token authentication with a fresh token readable only by this user.
+
+    Without it, any local user could ``ray.init(address="127.0.0.1:<port>")`` and run code
+    in this run's workers. A token the user configured (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH)
+    is used as it is; RAY_AUTH_MODE=disabled is obeyed, loudly.
+    """
+    assert session.private_dir is not None
+    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+    if mode == "disabled":
+        warnings.warn(
+            "RAY_AUTH_MODE=disabled: any local user can connect to this run's Ray and run "
+            "code as you in its workers; unset it to let the run use a private token",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return
+    if not _reload_ray_auth_settings():
+        warnings.warn(
+            f"Ray {ray.__version__} has no token authentication (Ray >= 2.52 has): any local "
+            "user can connect to this run's Ray and run code as you; upgrade Ray, or run on "
+            "a machine you do not share",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return
+    session.set_env("RAY_AUTH_MODE", "token")
+    if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        token = session.private_dir / "auth_token"
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        session.set_env("RAY_AUTH_TOKEN_PATH", str(token))  # Ray's processes inherit it
+    _reload_ray_auth_settings()
+
+
+def connect(cfg: TrainConfig) -> RaySession | None:
+    """Start or join Ray as the config says; the session to close, or None if Ray was
+    already running in this process (then it is not ours to stop)."""
+    if ray.is_initialized():
+        return None
+    session = RaySession()
+    for key, value in QUIET_DEFAULTS.items():
+        if key not in os.environ:
+            session.set_env(key, value)
+    quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    try:
+        if cfg.ray_address:
+            probe_address(cfg.ray_address)
+            ray.init(address=cfg.ray_address, **quiet)
+            return session
+        # Short: Ray's socket paths under it must fit in 107 bytes.
+        session.private_dir = Path(tempfile.mkdtemp(prefix="hybrid-ray-", dir=_short_tmp()))
+        _private_token(session)
+        with _loopback_only():
+            ray.init(
+                num_cpus=max(population(cfg), physical_cores()),  # one CPU per actor must fit
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                _temp_dir=str(session.private_dir),
+                **quiet,
+            )
+    except BaseException:
+        session.close()
+        raise
     address = ray.util.get_node_ip_address()
     if address != "127.0.0.1":
         warnings.warn(
@@ -212,7 +506,12 @@ def connect(cfg: TrainConfig) -> bool:
             RuntimeWarning,
             stacklevel=2,
         )
-    return True
+    return session
+
+
+def _short_tmp() -> str | None:
+    default = tempfile.gettempdir()
+    return default if len(default) <= 20 or not os.path.isdir("/tmp") else "/tmp"
 
 
 @dataclass
@@ -253,9 +552,7 @@ class RayRuntime:
         if not cfg.ray_address:
             warn_if_oversubscribed(population(cfg), "ray")
         self.cfg, self.info = cfg, info
-        self._owns_ray = connect(cfg)
-        self._remote = ray.remote(num_cpus=1, max_restarts=0)(ActorWorker)
-        self._authkey = secrets.token_bytes(32)
+        self._session: RaySession | None = None
         self._selector = selectors.DefaultSelector()
         self._arrived: list[tuple[float, int, Update]] = []
         self._sequence = 0
@@ -264,14 +561,27 @@ class RayRuntime:
         self.counters = FaultCounters()
         self._closed = False
         self._actors: list[_Actor] = []
-        try:
-            for w in range(population(cfg)):  # edge clients: one actor per client
-                self._actors.append(_Actor(w, 0, None))
-                self._start(self._actors[-1])
-            self._await_startup()
-        except BaseException:
-            self.close()
-            raise
+        self._authkey = secrets.token_bytes(32)
+        # Until the actors are up, SIGINT/SIGTERM end the start-up here, with Ray shut down
+        # whole (ray.init answers SIGTERM with sys.exit(15) and leaves its agents running).
+        with _StartupSignals() as signals:
+            try:
+                try:
+                    self._session = connect(cfg)
+                except SystemExit as exc:  # Ray's SIGTERM handler, installed by ray.init
+                    if exc.code != signal.SIGTERM:
+                        raise
+                    raise StartupInterrupted(signal.SIGTERM) from None
+                signals.rearm()
+                self._remote = ray.remote(num_cpus=1, max_restarts=0)(ActorWorker)
+                for w in range(population(cfg)):  # edge clients: one actor per client
+                    self._actors.append(_Actor(w, 0, None))
+                    self._start(self._actors[-1])
+                self._await_startup()
+            except BaseException:
+                signals.fired = True  # a second signal must not cut the clean-up short
+                self.close()
+                raise
         self._origin = time.time()  # the workers are warm: the run begins
 
     # -- the Runtime protocol --
@@ -320,8 +630,8 @@ class RayRuntime:
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
         self._selector.close()
-        if self._owns_ray:
-            ray.shutdown()
+        if self._session is not None:  # ours to stop (a notebook's own Ray is left running)
+            self._session.close()
 
     # -- checkpoints --
 
@@ -364,10 +674,14 @@ class RayRuntime:
         actor.started_at = time.monotonic()
 
     def _await_startup(self) -> None:
-        """Wait until every actor is connected (at start and on resume)."""
+        """Wait until every actor is connected (at start and on resume).
+
+        An actor that fails to start or to connect is replaced like one that dies later;
+        one that fails MAX_CONSECUTIVE_FAILURES times in a row stops the run with its error.
+        """
         while any(a.starting is not None for a in self._actors):
             for actor in self._poll_starting(timeout=RESTART_POLL_S):
-                raise RuntimeError(f"worker {actor.worker_id} failed to start:\n{actor.last_error}")
+                self._restart(actor)
 
     def _poll_starting(self, timeout: float) -> list[_Actor]:
         """Connect the actors whose ``listen`` has returned; return those that failed."""
@@ -382,15 +696,16 @@ class RayRuntime:
             try:
                 address, actor.pid = ray.get(ref)
                 actor.serving = actor.handle.serve.remote()
-                actor.conn = _no_delay(Client(address, authkey=self._authkey))
+                actor.conn = open_connection(address, self._authkey)
             except ray.exceptions.RayError as exc:  # it died, or its constructor raised
                 actor.last_error = str(exc)
                 failed.append(actor)
                 continue
-            except (OSError, EOFError) as exc:
+            except HANDSHAKE_ERRORS as exc:  # unreachable, too slow, or not our actor
                 actor.last_error = (
-                    f"cannot connect to the actor at {address[0]}:{address[1]} ({exc}); "
-                    "the driver must reach the actors' nodes on their ephemeral ports"
+                    f"cannot connect to the actor at {address[0]}:{address[1]} within "
+                    f"{CONNECT_TIMEOUT_S:.0f} s ({type(exc).__name__}: {exc}); the driver must "
+                    "reach the actors' nodes on their ephemeral ports"
                 )
                 failed.append(actor)
                 continue
