@@ -157,9 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         with ray_session(runtime, max(workers)):
             for scheduler in args.schedulers:
                 for n in workers:
-                    cfg = base_config(args).replace(
-                        scheduler=scheduler, workers=n, staleness_bound=1
-                    )
+                    bound = {"staleness_bound": 1} if scheduler == "bounded" else {}
+                    cfg = base_config(args).replace(scheduler=scheduler, workers=n, **bound)
                     name = f"{runtime}-{scheduler}-{n}"
                     real = train(cfg.replace(runtime=runtime, out=str(out / f"{name}-real")))
                     virtual = train(

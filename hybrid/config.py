@@ -572,6 +572,10 @@ _TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "boo
 
 
 def _typed(name: str, value: object, annotation: str) -> Any:
+    if annotation.startswith("dict["):  # scheduler_args: its scheduler's Settings check it
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{name}: expected a mapping of names to values, got {value!r}")
+        return dict(value)
     kinds = [part.strip() for part in annotation.split("|")]
     if value is None and "None" in kinds:
         return None
