@@ -651,6 +651,10 @@ for label, group in comparison.groups.items():
     tasks = sum(r.summary["tasks"] for r in results if r.config.scheduler == label)
     print(f"{label:10s} mean staleness {group.staleness_mean:.2f} (max {group.staleness_max}), "
           f"dropped {dropped}/{tasks} gradients")
+
+# The rule held: no gradient older than max_staleness reached θ.
+assert comparison.groups["drop-stale"].staleness_max <= CANDIDATES["drop-stale"][
+    "scheduler_args"]["max_staleness"]
 """),
     md("""
 ## Going further
