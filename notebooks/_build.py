@@ -605,7 +605,7 @@ results = []
 for name, extra in CANDIDATES.items():
     for seed in SEEDS:
         cfg = TrainConfig(scheduler=name, seed=seed, total_env_steps=BUDGET, workers=8,
-                          cluster="heterogeneous", eval_every=1_500, eval_episodes=3,
+                          cluster="heterogeneous", eval_every=2_000, eval_episodes=3,
                           out=f"runs/own_scheduler/{name}-s{seed}", progress=False, **extra)
         result = hybrid.train(cfg)
         results.append(result)
