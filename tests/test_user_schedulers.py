@@ -271,3 +271,31 @@ def test_user_schedulers_run_on_parallel_runtimes(tiny_config, runtime, schedule
     summary = hybrid.train(cfg).summary
     assert summary["env_steps"] >= 1_000 and summary["updates"] > 0
     assert summary["rejected_corrupt"] == 0 and summary["rejected_nonfinite"] == 0
+
+
+# --- benchmarks/user_schedulers.py ---------------------------------------------------------------
+
+
+def test_the_benchmark_settings_are_valid_configs(tmp_path, monkeypatch):
+    """Every run the benchmark would start passes validation (examples found, settings
+    typed), so a renamed setting fails here rather than an hour into the benchmark."""
+    import argparse
+    import importlib.util
+
+    path = EXAMPLES.parent.parent / "benchmarks" / "user_schedulers.py"
+    spec = importlib.util.spec_from_file_location("bench_user_schedulers", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # dataclasses look their module up
+    spec.loader.exec_module(bench)
+    args = argparse.Namespace(
+        seeds=[0, 1], steps=1_000, out=str(tmp_path), workers=8, cluster="heterogeneous",
+        eval_every=500,
+    )  # fmt: skip
+    jobs = bench.jobs(args)
+    assert len(jobs) == 2 * len(bench.SETTINGS)
+    labels = [job["exp_name"] for job in jobs]
+    assert len(set(labels)) == len(bench.SETTINGS)  # one group per table row
+    for job in jobs:
+        TrainConfig(**job).validate()
+    assert len({job["out"] for job in jobs}) == len(jobs)  # no two runs share a directory
