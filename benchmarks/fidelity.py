@@ -29,18 +29,18 @@ a quiet machine. Nothing here asserts; it prints Markdown (and writes results.js
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import platform
 import shutil
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scaling import ray_session  # benchmarks/ is on the path: this script's folder
 
 import hybrid
 from hybrid import TrainConfig
@@ -70,24 +70,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "waiting": waiting_fraction(read_spans(cfg.out)),
         "final_return": summary["final_eval_return"],
     }
-
-
-@contextlib.contextmanager
-def ray_session(runtime: str, workers: int) -> Iterator[None]:
-    """One local Ray for all ray cells (about 5 s to start), stopped before other runs."""
-    if runtime != "ray":
-        yield
-        return
-    import ray
-
-    from hybrid.runtimes.ray import connect
-
-    owned = connect(TrainConfig(workers=workers))
-    try:
-        yield
-    finally:
-        if owned:
-            ray.shutdown()
 
 
 def profiles(args: argparse.Namespace, out: Path) -> dict[str, Path]:

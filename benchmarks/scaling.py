@@ -78,16 +78,14 @@ def ray_session(runtime: str, workers: int) -> Iterator[None]:
     if runtime != "ray":
         yield
         return
-    import ray
-
     from hybrid.runtimes.ray import connect
 
-    owned = connect(TrainConfig(workers=workers))
+    session = connect(TrainConfig(workers=workers))  # None: a Ray we did not start
     try:
         yield
     finally:
-        if owned:
-            ray.shutdown()
+        if session is not None:
+            session.close()  # Ray, its processes and the run's private token directory
 
 
 Cell = tuple[str, str, int]  # runtime, scheduler, workers

@@ -488,6 +488,13 @@ def test_stragglers_admitted_late_carry_staleness(tiny_config, tmp_path):
     assert summary["late_admitted"] > 0
     assert summary["late_staleness_mean"] >= 1.0
     assert summary["dropped"] == 0
+    # The histogram takes τ when a Δ is applied, not when it arrives: every on-time Δ has
+    # τ = 0, every late one τ >= 1, and they add up to the scheduler's own count.
+    histogram, late = summary["staleness_histogram"], summary["late_admitted"]
+    assert sum(histogram[1:]) == late
+    stale_total = sum(k * n for k, n in enumerate(histogram))
+    assert stale_total == pytest.approx(summary["late_staleness_mean"] * late)
+    assert summary["staleness_unit"] == "rounds"
 
 
 # Every source of federated randomness at once: sampling, dropout, availability, physics,

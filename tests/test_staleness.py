@@ -2,7 +2,8 @@
 
 Scripted interleavings give known τ values (serial: from the virtual clock's spans;
 processes under Hogwild!: workers driven message by message; the loop's own rule for
-runtimes where the main process applies), and a lone worker has τ = 0 everywhere.
+runtimes where the main process applies), and a lone worker has τ = 0 everywhere. A late
+federated Δ's τ at apply: tests/test_federated.py.
 """
 
 from __future__ import annotations
@@ -211,32 +212,3 @@ def test_one_worker_has_zero_staleness(tiny_config, runtime, scheduler, lock_fre
     assert summary["updates"] > 0
     assert summary["staleness_histogram"] == [summary["updates"]]
     assert summary["staleness_max"] == 0 and summary["staleness_mean"] == 0.0
-
-
-# --- fedavg: a late Δ's τ is taken when it is applied -------------------------------------------
-
-
-def test_late_federated_updates_are_recorded_with_their_staleness_at_apply(tiny_config):
-    cfg = tiny_config(
-        scheduler="fedavg",
-        clients=10,
-        client_fraction=0.5,
-        local_steps=2,
-        total_env_steps=4_000,
-        eval_every=10**6,
-        cluster="stragglers",
-        straggler_fraction=0.3,
-        straggler_slowdown=10.0,
-        round_deadline_s=0.05,
-        late_policy="admit",
-        client_eval_clients=4,
-    )
-    summary = hybrid.train(cfg).summary
-    late = summary["late_admitted"]
-    assert late > 0
-    histogram = summary["staleness_histogram"]
-    # Every on-time Δ has τ = 0; every late one τ >= 1, and they sum to the scheduler's own.
-    assert sum(histogram[1:]) == late
-    stale_total = sum(k * n for k, n in enumerate(histogram))
-    assert stale_total == pytest.approx(summary["late_staleness_mean"] * late)
-    assert summary["staleness_unit"] == "rounds"
