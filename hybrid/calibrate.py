@@ -396,9 +396,9 @@ def describe_profile(profile: ClusterProfile) -> str:
 
 
 def calibrate_command(argv: Sequence[str]) -> int:
-    from hybrid.cli import _Parser, fail
+    from hybrid.flags import OneLineParser, fail
 
-    parser = _Parser(
+    parser = OneLineParser(
         prog="hybrid calibrate",
         description="Measure this machine's costs (env step, task, server receive and apply, "
         "snapshot, cores) into a profile; train --cluster PROFILE.json runs the serial "

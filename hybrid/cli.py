@@ -6,18 +6,15 @@ with nothing written to disk.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import dataclasses
-import io
-import re
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from hybrid.config import ConfigError, TrainConfig
+from hybrid.flags import OneLineParser, fail, parse_train_args
+
+__all__ = ["fail", "main", "parse_train_args"]
 
 USAGE = """usage: hybrid COMMAND [flags]   (hybrid --version prints the version)
 
@@ -29,72 +26,6 @@ commands:
   calibrate measure this machine into a profile for the virtual clock (--cluster PATH.json)
   demo      a small scheduler comparison on CartPole-v1
 """
-
-
-def fail(command: str, message: str) -> int:
-    print(f"hybrid {command}: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _bool_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(TrainConfig) if f.type in ("bool", bool)}
-
-
-def normalize_bool_flags(argv: Sequence[str]) -> list[str]:
-    """Accept ``--track=True`` / ``--track=false`` (what ``wandb agent`` passes) as tyro flags."""
-    bools = _bool_fields()
-    out = []
-    for arg in argv:
-        match = re.fullmatch(r"--([\w-]+)=(true|false|True|False|1|0)", arg)
-        name = match.group(1).replace("-", "_") if match else ""
-        if match and name in bools:
-            flag = name.replace("_", "-")
-            out.append(f"--{flag}" if match.group(2) in ("true", "True", "1") else f"--no-{flag}")
-        else:
-            out.append(arg)
-    return out
-
-
-def gather_scheduler_args(argv: Sequence[str]) -> list[str]:
-    """Turn every ``--scheduler-arg key=value`` (repeatable) into one ``--scheduler-args
-    key value ...``, the form tyro parses into ``TrainConfig.scheduler_args``."""
-    pairs: list[str] = []
-    rest: list[str] = []
-    args = iter(argv)
-    for arg in args:
-        if arg == "--scheduler-arg" or arg.startswith("--scheduler-arg="):
-            pair = arg.partition("=")[2] if "=" in arg else next(args, "")
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                raise ConfigError(f"scheduler_arg: expected key=value, got {pair!r}")
-            pairs += [key, value]
-        else:
-            rest.append(arg)
-    return [*rest, "--scheduler-args", *pairs] if pairs else rest
-
-
-def parse_train_args(argv: Sequence[str]) -> TrainConfig:
-    """Parse flags into a TrainConfig; a parse error becomes a one-line ConfigError."""
-    import tyro
-
-    if any(a in ("-h", "--help") for a in argv):
-        return tyro.cli(TrainConfig, args=list(argv), prog="hybrid train")
-    argv = gather_scheduler_args(normalize_bool_flags(argv))
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            return tyro.cli(TrainConfig, args=argv, prog="hybrid train")
-    except SystemExit:
-        raise ConfigError(_one_line(captured.getvalue())) from None
-
-
-def _one_line(tyro_message: str) -> str:
-    # tyro draws a box: a title, a rule, the message, a rule, help. Keep the message.
-    lines = [line.strip() for line in tyro_message.splitlines()]
-    rules = [i for i, line in enumerate(lines) if line and set(line) <= set("-─━╭╮╰╯│ ")]
-    body = lines[rules[0] + 1 : rules[1]] if len(rules) >= 2 else lines
-    text = " ".join(line.strip("│ ") for line in body if line.strip("│ "))
-    return (text or "could not parse the arguments") + " (see hybrid train --help)"
 
 
 def train_command(argv: Sequence[str]) -> int:
@@ -124,16 +55,8 @@ def train_command(argv: Sequence[str]) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad input in one line (exit 2) instead of usage + message."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def compare_command(argv: Sequence[str]) -> int:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="hybrid compare",
         description="Aggregate finished runs across seeds: IQM with bootstrap CIs, "
         "learning curves, staleness histograms, Markdown and LaTeX tables.",
@@ -172,7 +95,7 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *args: ob
 
 
 def timeline_command(argv: Sequence[str]) -> int:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="hybrid timeline",
         description="Draw a run's per-worker Gantt chart (compute, upload, wait) and export "
         "its spans as Chrome trace events (open trace.json in Perfetto or chrome://tracing).",
@@ -209,7 +132,7 @@ DEMO_SETTINGS: dict[str, dict[str, object]] = {
 
 def demo_command(argv: Sequence[str]) -> int:
     """Train every scheduler on a few seeds, then compare: the README's `make demo`."""
-    parser = _Parser(prog="hybrid demo", description=demo_command.__doc__)
+    parser = OneLineParser(prog="hybrid demo", description=demo_command.__doc__)
     parser.add_argument("--out", default="runs/demo")
     parser.add_argument("--schedulers", nargs="+", default=list(DEMO_SETTINGS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

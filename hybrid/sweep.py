@@ -722,7 +722,7 @@ class _TypedValues:
     """
 
     def __init__(self, train_args: Sequence[str]) -> None:
-        from hybrid.cli import parse_train_args
+        from hybrid.flags import parse_train_args
 
         self._parse = parse_train_args
         self._args = list(train_args)
@@ -770,7 +770,7 @@ def check_finished(run: PlannedRun, sweep: Sweep) -> None:
         return
     expected = run.config.to_dict()
     defaults = TrainConfig().to_dict()
-    from hybrid.cli import parse_train_args
+    from hybrid.flags import parse_train_args
 
     extra = parse_train_args(list(sweep.train_args)).to_dict() if sweep.train_args else {}
     keys = set(run.values) | {k for k, v in extra.items() if v != defaults[k]}
@@ -979,7 +979,7 @@ def sweep_command(argv: Sequence[str]) -> int:
     Exit 0 when every run finished, 1 when a run failed, 2 on bad input (nothing started),
     130 when interrupted.
     """
-    from hybrid.cli import fail
+    from hybrid.flags import fail
 
     try:
         args = _parser().parse_args(list(argv))
