@@ -165,7 +165,8 @@ def load_latest(run_dir: Path) -> tuple[Path, dict[str, Any]]:
 # --- updates in flight ---------------------------------------------------------------------
 
 PAYLOAD_DATACLASSES: dict[str, type] = {}
-"""Dataclass payloads besides ``Rollout`` (e.g. ``multiagent``'s), by class name."""
+"""Dataclass payloads (an actor's ``Rollout``, ``multiagent``'s), by class name: each
+registers itself where it is defined, so this module imports none of them."""
 
 
 def register_payload(cls: type) -> type:
@@ -188,7 +189,6 @@ def update_to_state(update: Any) -> dict[str, Any]:
 
 
 def update_from_state(state: dict[str, Any]) -> Any:
-    from hybrid.algorithms.rollout import Rollout
     from hybrid.protocol import Payload, Update
 
     values = from_plain(state)
@@ -196,7 +196,7 @@ def update_from_state(state: dict[str, Any]) -> Any:
     payload = values["payload"]
     if isinstance(payload, dict) and "__dataclass__" in payload:
         name = payload["__dataclass__"]
-        cls = Rollout if name == "Rollout" else PAYLOAD_DATACLASSES.get(name)
+        cls = PAYLOAD_DATACLASSES.get(name)
         if cls is None:
             raise CheckpointError(f"an update in flight has a payload of unknown type {name!r}")
         values["payload"] = cls(**payload["fields"])

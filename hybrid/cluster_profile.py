@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybrid.config import ConfigError
+from hybrid.errors import ConfigError
 
 PROFILE_FORMAT = 1
 MODELLED_RUNTIMES = ("processes", "ray")

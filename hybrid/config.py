@@ -12,9 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A setting that cannot run. The message is one line naming the field and what is allowed."""
+from hybrid.errors import ConfigError  # re-exported: the name users import from here
 
 
 @dataclass

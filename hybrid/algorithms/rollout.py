@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from hybrid.checkpoint import register_payload
 from hybrid.env_state import load_vector_env_state, vector_env_state
 from hybrid.envs import EnvInfo
 from hybrid.nets import ActorCritic
@@ -27,6 +28,7 @@ from hybrid.normalization import (
 )
 
 
+@register_payload  # an actor's trajectory payload, restored from checkpoints by name
 @dataclass
 class Rollout:
     """T steps of E envs, time-major."""
