@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from hybrid.config import ConfigError
+from hybrid.errors import ConfigError
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig

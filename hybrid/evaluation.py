@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
-from hybrid.config import TrainConfig
 from hybrid.core.worker import build_model
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
 from hybrid.normalization import GlobalObsStats, ObsNormalizer
 from hybrid.seeding import EVAL, int_seed, stream
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 
 class Evaluator:

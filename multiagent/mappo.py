@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from hybrid.algorithms.ppo import (
     ValueNorm,
     normalize_advantages,
 )
-from hybrid.config import ConfigError, TrainConfig
+from hybrid.errors import ConfigError
 from hybrid.nets import mlp
 from multiagent.pettingzoo import (
     MultiAgentRollout,
@@ -42,6 +42,9 @@ from multiagent.pettingzoo import (
     describe_spec,
     parse_groups,
 )
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 MASKED = -1e9  # logit of an action an agent does not have (finite: no NaN in the entropy)
 

@@ -18,10 +18,11 @@ from torch import nn
 from hybrid.algorithms.a2c import a2c_loss, a2c_vtrace_loss
 from hybrid.algorithms.nstep_q import apex_epsilon, nstep_q_loss, nstep_transitions, q_replay_loss
 from hybrid.algorithms.rollout import Rollout
-from hybrid.config import ConfigError, TrainConfig
+from hybrid.errors import ConfigError
 from hybrid.nets import ActorCritic, QNetwork
 
 if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
     from hybrid.core.learner import Learner
     from hybrid.envs import EnvInfo
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -58,11 +58,13 @@ from torch import nn
 
 from hybrid.algorithms.a2c import gae
 from hybrid.algorithms.rollout import Rollout, concat_rollouts
-from hybrid.config import TrainConfig
 from hybrid.core.global_model import GlobalModel
 from hybrid.core.learner import Learner
 from hybrid.nets import FlatParams
 from hybrid.protocol import Step
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 
 class ValueNorm:

@@ -115,13 +115,12 @@ import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from hybrid.config import TrainConfig
 from hybrid.core.global_model import GlobalModel, all_finite, build_global_model
 from hybrid.core.worker import Worker, build_model
 from hybrid.envs import EnvInfo
@@ -139,6 +138,9 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 SEQ, VERSION, HALT = 0, 1, 2  # the words of ``meta``
 SETTLE_TIMEOUT_S = 60.0

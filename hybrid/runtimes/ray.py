@@ -81,16 +81,16 @@ from dataclasses import dataclass, field
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 import torch
 
 from federated.clients import population
-from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
+from hybrid.errors import ConfigError
 from hybrid.protocol import ComputeGradient, Snapshot, Task, Update
 from hybrid.runtimes._parallel import (
     FaultCounters,
@@ -106,6 +106,9 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 STARTUP_TIMEOUT_S = 300.0
 """How long an actor may take to start, warm up and connect (many at once on a busy node)."""

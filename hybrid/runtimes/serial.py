@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from federated.clients import ClientCostModel, population
 from hybrid.checkpoint import update_from_state, update_to_state
-from hybrid.config import TrainConfig
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.seeding import CLOCK, stream
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 SPEEDS, JITTER = range(2)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybrid.config import ConfigError
+from hybrid.errors import ConfigError
 from hybrid.protocol import TASK_KINDS
 from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
