@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from federated.clients import EVAL_STREAM, FEDERATED, make_profiles, set_physics
+from hybrid.clients import EVAL_STREAM, FEDERATED, make_profiles, set_physics
 from hybrid.core.worker import build_model
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams

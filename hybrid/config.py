@@ -167,7 +167,7 @@ class TrainConfig:
 
     # --- federated (issue 6) ------------------------------------------------------------------
     clients: int | None = None
-    """Simulated edge clients K (federated/clients.py), worker ids 0..K-1: each runs its own env
+    """Simulated edge clients K (hybrid/clients.py), worker ids 0..K-1: each runs its own env
     variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
     on demand for each task, so memory grows with the clients per round, not with K (topk error
     feedback is then per task). Unset: the persistent `workers` are the participants."""
@@ -329,26 +329,25 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Check every field; raise ConfigError with a one-line message on the first bad one."""
-        from hybrid.algorithms import ALGORITHMS
-        from hybrid.algorithms.ppo import ADVANTAGE_NORMS
-        from hybrid.codecs import CODEC_NAMES
-        from hybrid.core.global_model import OPTIMIZERS
-        from hybrid.runtimes import RUNTIMES
-        from hybrid.schedulers import check_scheduler
+        # Names are checked against hybrid.registry and the plug-ins' env families: no
+        # component (torch, Ray, PettingZoo) is imported to validate a config.
+        from hybrid import registry
+        from hybrid.clients import check_dynamics
+        from hybrid.envs import env_family, parse_wrappers
 
         if not isinstance(self.scheduler_args, dict):
             raise ConfigError(
                 f"scheduler_args: expected a mapping of setting names to values, got "
                 f"{self.scheduler_args!r}"
             )
-        check_scheduler(self.scheduler, self.scheduler_args)
-        _choice("runtime", self.runtime, RUNTIMES)
-        _choice("algo", self.algo, ALGORITHMS)
+        self._check_scheduler()
+        registry.RUNTIMES.require(self.runtime)
+        registry.ALGORITHMS.require(self.algo)
         _choice("head", self.head, ("auto", "categorical", "gaussian"))
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("optimizer", self.optimizer, registry.OPTIMIZERS)
         _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
         self._check_cluster()
-        _choice("codec", self.codec, CODEC_NAMES)
+        _choice("codec", self.codec, registry.CODECS)
         _in_range("topk_ratio", self.topk_ratio, 0.0, 1.0)
         _positive("topk_ratio", self.topk_ratio)
         for name in (
@@ -409,8 +408,6 @@ class TrainConfig:
         if self.inject_worker_faults == 1.0:
             raise ConfigError("inject_worker_faults: 1.0 would kill every task; use a value < 1")
         # federated
-        from federated.clients import check_dynamics
-
         if self.clients is not None:
             _at_least("clients", self.clients, 1)
         if not 0.0 < _number("client_fraction", self.client_fraction) <= 1.0:
@@ -435,32 +432,20 @@ class TrainConfig:
         check_dynamics(self.client_dynamics, self.env)
         if self.round_deadline_s and self.scheduler != "fedavg":
             raise ConfigError("round_deadline_s: only the fedavg scheduler has rounds; leave it 0")
-        if self.runtime == "processes" and (self.scheduler == "fedavg" or self.clients):
-            raise ConfigError(
-                "runtime: 'processes' runs persistent gradient workers only; "
-                "run fedavg and edge clients on serial or ray"
-            )
+        registry.RUNTIMES.check(self)
         # multi-agent
         _choice("critic", self.critic, ("auto", "central", "local"))
         _at_least("ppo_epochs", self.ppo_epochs, 1)
         _at_least("ppo_minibatches", self.ppo_minibatches, 1)
-        _choice("ppo_advantage_norm", self.ppo_advantage_norm, ADVANTAGE_NORMS)
+        _choice("ppo_advantage_norm", self.ppo_advantage_norm, registry.ADVANTAGE_NORMS)
         _positive("ppo_lr", self.ppo_lr)
         _positive("clip_coef", self.clip_coef)
-        from hybrid.envs import is_multiagent_id
-
-        if is_multiagent_id(self.env):
-            from multiagent.mappo import check_config
-
-            check_config(self)
-        elif self.algo in ("mappo", "ippo"):
-            raise ConfigError(
-                f"algo: {self.algo} needs a multi-agent PettingZoo env (package/module, e.g. "
-                "mpe2/simple_spread_v3); use ppo on Gymnasium envs"
-            )
+        family = env_family(self.env)
+        if family is not None:  # a plug-in's envs (multiagent: PettingZoo)
+            family.check(self)
+        else:
+            registry.ALGORITHMS.check(self)
         # environments
-        from hybrid.envs import parse_wrappers
-
         parse_wrappers(self.wrappers)
         for name in ("obs_clip", "reward_clip"):
             _positive(name, getattr(self, name))
@@ -471,7 +456,24 @@ class TrainConfig:
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
         self._check_upper_bounds()
-        self._check_no_dead_flags(is_multiagent_id(self.env))
+        self._check_no_dead_flags(family is not None and family.name == "multiagent")
+
+    def _check_scheduler(self) -> None:
+        from hybrid import registry
+
+        if self.scheduler in registry.SCHEDULERS:
+            if self.scheduler_args:
+                raise ConfigError(
+                    f"scheduler_args: the built-in scheduler {self.scheduler!r} takes none; its "
+                    "settings are TrainConfig fields (see hybrid train --help)"
+                )
+            registry.SCHEDULERS.check(self)
+            return
+        # Yours (registered, or a module:Class path): its class and Settings are checked where
+        # they live, which imports the scheduler (your code) but no other component.
+        from hybrid.schedulers import check_scheduler
+
+        check_scheduler(self.scheduler, self.scheduler_args)
 
     def _check_cluster(self) -> None:
         from hybrid.cluster_profile import ClusterProfile, is_profile_path

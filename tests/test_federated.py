@@ -21,7 +21,7 @@ import torch
 from conftest import crash_copy, make_update, metric_rows
 
 import hybrid
-from federated.clients import (
+from hybrid.clients import (
     CARTPOLE_RANGES,
     ClientCostModel,
     clients_per_round,
@@ -615,7 +615,7 @@ RSS_SCRIPT = textwrap.dedent(
     import json, resource, sys, tempfile
     import hybrid
     from hybrid import TrainConfig
-    from federated.clients import clients_per_round
+    from hybrid.clients import clients_per_round
     k = int(sys.argv[1])
     m = clients_per_round(0.1, k)
     cfg = TrainConfig(

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from federated.clients import apply_client_dynamics
 from hybrid.algorithms import ALGORITHMS
 from hybrid.algorithms.rollout import make_runner
+from hybrid.clients import apply_client_dynamics
 from hybrid.codecs import make_codec
 from hybrid.core.global_model import make_optimizer
 from hybrid.envs import EnvInfo, make_vector_env
@@ -56,7 +56,7 @@ class Worker:
         self.generator = torch.Generator().manual_seed(torch_seed)
         # The worker's own env instances (simulators are never shared between workers).
         envs = make_vector_env(cfg.env, cfg.envs_per_worker, cfg, info)
-        if cfg.client_dynamics != "iid":  # an edge client's own env variant (federated/)
+        if cfg.client_dynamics != "iid":  # an edge client's own env variant (hybrid/clients.py)
             apply_client_dynamics(envs, cfg, worker_id)
         # The runner owns the episodes in progress, the envs' state and normalization.
         self.runner = make_runner(envs, env_seed, info, NormalizationSettings.from_config(cfg))

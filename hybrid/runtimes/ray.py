@@ -87,7 +87,7 @@ import numpy as np
 import ray
 import torch
 
-from federated.clients import population
+from hybrid.clients import population
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.errors import ConfigError

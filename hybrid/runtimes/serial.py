@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from federated.clients import ClientCostModel, population
 from hybrid.checkpoint import update_from_state, update_to_state
+from hybrid.clients import ClientCostModel, population
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update

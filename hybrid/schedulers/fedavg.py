@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from federated.clients import (
+from hybrid.clients import (
     FEDERATED,
     SAMPLING_STREAM,
     clients_per_round,
