@@ -568,6 +568,126 @@ class TrainConfig:
                 raise ConfigError(f"{f.name}: {value} is beyond 2**62, more than any run reaches")
 
 
+FIELD_OWNERS: dict[str, tuple[str, ...]] = {
+    # Who owns each field: the component that reads it. Only the assembly (hybrid/core/loop.py,
+    # cli, flags, sweep, calibrate, config and its checks) reads any field; a component reads
+    # the fields it owns and those tests/test_config_owners.py lists for it, with the reason.
+    "run": (
+        "env",
+        "scheduler",
+        "scheduler_args",
+        "runtime",
+        "algo",
+        "workers",
+        "envs_per_worker",
+        "rollout_steps",
+        "total_env_steps",
+        "stop_when_solved",
+        "seed",
+    ),
+    "nets": ("hidden", "layers", "head", "log_std_init", "state_dependent_std"),
+    "a2c": (
+        "gamma",
+        "gae_lambda",
+        "ent_coef",
+        "vf_coef",
+        "normalize_advantages",
+        "correction",
+        "rho_bar",
+        "c_bar",
+    ),
+    "nstep_q": (
+        "replay",
+        "replay_capacity",
+        "replay_batch",
+        "replay_alpha",
+        "replay_beta0",
+        "learner_updates",
+        "learning_starts",
+        "q_nstep",
+        "epsilon",
+        "epsilon_alpha",
+        "target_every",
+    ),
+    "ppo": (
+        "value_norm",
+        "ppo_epochs",
+        "ppo_minibatches",
+        "ppo_advantage_norm",
+        "ppo_lr",
+        "clip_coef",
+        "clip_vloss",
+    ),
+    "global_model": (
+        "optimizer",
+        "lr",
+        "lr_schedule",
+        "max_grad_norm",
+        "adam_eps",
+        "rmsprop_alpha",
+        "server_beta1",
+        "server_beta2",
+        "server_momentum",
+    ),
+    "bounded": ("staleness_bound", "staleness_aware_lr"),
+    "actor_learner": ("learner_batch", "max_policy_lag"),
+    "fedavg": (
+        "client_fraction",
+        "local_steps",
+        "local_optimizer",
+        "local_lr",
+        "prox_mu",
+        "client_dropout",
+        "client_availability",
+        "round_deadline_s",
+        "late_policy",
+    ),
+    "clients": (
+        "clients",
+        "client_dynamics",
+        "client_uplink_mbps",
+        "client_downlink_mbps",
+        "client_link_sigma",
+    ),
+    "federated": ("client_eval_clients", "client_eval_episodes"),
+    "serial": (
+        "cluster",
+        "step_cost_s",
+        "task_overhead_s",
+        "speed_sigma",
+        "straggler_fraction",
+        "straggler_slowdown",
+        "jitter_sigma",
+        "bandwidth_mbps",
+    ),
+    "codecs": ("codec", "topk_ratio", "error_feedback"),
+    "parallel": ("lock_free", "inject_worker_faults", "torch_threads"),
+    "ray": ("ray_address",),
+    "checkpoint": ("checkpoint_every", "keep_checkpoints", "checkpoint_replay", "resume"),
+    "multiagent": ("param_sharing", "agent_id", "critic"),
+    "envs": ("env_defaults", "wrappers"),
+    "normalization": ("normalize_obs", "normalize_reward", "obs_clip", "reward_clip"),
+    "atari": (
+        "atari_frame_skip",
+        "atari_frame_stack",
+        "atari_noop_max",
+        "atari_episodic_life",
+        "atari_clip_rewards",
+    ),
+    "evaluation": ("eval_every", "eval_episodes"),
+    "tracking": (
+        "log_every",
+        "out",
+        "track",
+        "wandb_project",
+        "wandb_checkpoint",
+        "exp_name",
+        "progress",
+    ),
+}
+"""Owner -> the TrainConfig fields it owns; every field has exactly one owner."""
+
+
 _TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
 
 
@@ -683,4 +803,4 @@ def _non_negative(name: str, value: object) -> None:
         raise ConfigError(f"{name}: {value} must be >= 0")
 
 
-__all__ = ["ConfigError", "TrainConfig"]
+__all__ = ["FIELD_OWNERS", "ConfigError", "TrainConfig"]
