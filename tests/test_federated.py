@@ -21,6 +21,8 @@ import torch
 from conftest import crash_copy, make_update, metric_rows
 
 import hybrid
+from federated.evaluation import client_returns, fairness
+from hybrid.cli import parse_train_args
 from hybrid.clients import (
     CARTPOLE_RANGES,
     ClientCostModel,
@@ -28,8 +30,6 @@ from hybrid.clients import (
     make_profiles,
     set_physics,
 )
-from federated.evaluation import client_returns, fairness
-from hybrid.cli import parse_train_args
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step
 from hybrid.core.loop import initial_params, make_task
