@@ -187,6 +187,27 @@ def test_validating_a_config_imports_no_component() -> None:
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_validating_a_multiagent_config_imports_no_algorithm() -> None:
+    """The multiagent plug-in's check probes the env (PettingZoo, the adapter) but builds
+    no model: MAPPO and hybrid's algorithms stay unimported."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from hybrid.config import TrainConfig
+
+        TrainConfig(env="mpe2/simple_spread_v3", algo="mappo").validate()
+        heavy = ("ray", "hybrid.algorithms", "hybrid.schedulers", "hybrid.runtimes",
+                 "hybrid.core", "multiagent.mappo", "federated.evaluation")
+        print(sorted(m for m in sys.modules if m.startswith(heavy)))
+        print("multiagent.pettingzoo" in sys.modules)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["[]", "True"], out.stdout + out.stderr
+
+
 def test_registries_list_the_names_their_builders_have() -> None:
     from hybrid import registry
     from hybrid.algorithms import ALGORITHMS
