@@ -82,7 +82,10 @@ COMPONENTS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
         {"run": "seed", "clients": "actors for edge clients"},
     ),
     "hybrid.runtimes.serial": (("serial",), {"run": "workers and seed", "clients": "K clients"}),
-    "hybrid.runtimes.virtual_cluster": (("serial",), {}),
+    "hybrid.runtimes.virtual_cluster": (
+        ("serial",),
+        {"parallel": "lock_free", "codecs": "codec: it models the processes runtime's Hogwild!"},
+    ),
     "hybrid.schedulers": (
         ("bounded", "actor_learner"),
         {"run": "workers, scheduler and scheduler_args build the scheduler"},

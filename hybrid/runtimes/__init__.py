@@ -33,13 +33,6 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-def workers_apply(cfg: TrainConfig, scheduler: Scheduler) -> bool:
-    """Hogwild! on the processes runtime: workers step the shared θ themselves when the
-    scheduler would apply each update alone anyway and nothing (a codec) must see the
-    payload first. The measured profile's clock models the same choice."""
-    return cfg.lock_free and scheduler.applies_alone and cfg.codec == "none"
-
-
 def _serial(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
     from hybrid.cluster_profile import ClusterProfile, is_profile_path
     from hybrid.runtimes.serial import SerialRuntime
@@ -48,9 +41,8 @@ def _serial(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Sche
         return SerialRuntime(cfg, info)
     from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime
 
-    profile = ClusterProfile.load(cfg.cluster)
     return ProfiledSerialRuntime(
-        cfg, info, profile, lambda: model.version, workers_apply(cfg, scheduler)
+        cfg, info, ClusterProfile.load(cfg.cluster), lambda: model.version, scheduler.applies_alone
     )
 
 
@@ -59,7 +51,10 @@ def _processes(
 ) -> Runtime:
     from hybrid.runtimes.processes import ProcessRuntime
 
-    return ProcessRuntime(cfg, info, model if workers_apply(cfg, scheduler) else None)
+    # Hogwild!: workers step the shared θ themselves when the scheduler would apply each
+    # update alone anyway and nothing (a codec) must see the payload first.
+    hogwild = cfg.lock_free and scheduler.applies_alone and cfg.codec == "none"
+    return ProcessRuntime(cfg, info, model if hogwild else None)
 
 
 def _ray(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:

@@ -141,12 +141,17 @@ class ProfiledSerialRuntime(SerialRuntime):
         workers_apply: bool,
     ) -> None:
         """``version``: the global model's version now (the server is charged one apply per
-        new version); ``workers_apply``: the processes runtime would let workers apply their
-        own updates (Hogwild!; ``hybrid.runtimes.workers_apply``)."""
+        new version); ``workers_apply``: the scheduler lets every update be applied alone,
+        so on the processes runtime, lock-free and without a codec, workers run Hogwild!."""
         super().__init__(cfg, info)
         self.profile = profile
         self.version = version
-        self.hogwild = profile.runtime == "processes" and workers_apply
+        self.hogwild = (
+            profile.runtime == "processes"
+            and workers_apply
+            and cfg.lock_free
+            and cfg.codec == "none"
+        )
         self.cores = SharedCores(profile.cores, SERVER if profile.main_preempts else None)
         self._running: dict[int, Update] = {}
         """Tasks on the cores, computed at dispatch, by worker."""
