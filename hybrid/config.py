@@ -341,7 +341,7 @@ class TrainConfig:
                 f"{self.scheduler_args!r}"
             )
         self._check_scheduler()
-        registry.RUNTIMES.require(self.runtime)
+        registry.RUNTIMES.check(self)
         registry.ALGORITHMS.require(self.algo)
         _choice("head", self.head, ("auto", "categorical", "gaussian"))
         _choice("optimizer", self.optimizer, registry.OPTIMIZERS)
@@ -432,7 +432,6 @@ class TrainConfig:
         check_dynamics(self.client_dynamics, self.env)
         if self.round_deadline_s and self.scheduler != "fedavg":
             raise ConfigError("round_deadline_s: only the fedavg scheduler has rounds; leave it 0")
-        registry.RUNTIMES.check(self)
         # multi-agent
         _choice("critic", self.critic, ("auto", "central", "local"))
         _at_least("ppo_epochs", self.ppo_epochs, 1)
