@@ -888,8 +888,13 @@ def _train(
         torch.set_num_threads(cfg.torch_threads)
         global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_stats_shape)
         scheduler = make_scheduler(cfg)
-        scheduler.bind(global_model, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
-        learner = make_learner(cfg, info, scheduler.task_kind)
+        if info.multiagent and global_model.device.type != "cpu":
+            raise ConfigError(
+                f"device: {global_model.device.type}: multi-agent learners run on CPU; "
+                "use --device cpu"
+            )
+        scheduler.bind(global_model.view(), np.random.default_rng(stream(cfg.seed, SCHEDULER)))
+        learner = make_learner(cfg, info, scheduler.task_kind).to(global_model.device)
         runtime = make_runtime(cfg, info, global_model, scheduler)
         evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
         if resume_state is None:
@@ -927,7 +932,9 @@ def _train(
         evaluator.close()
         artifact = training.last_checkpoint if cfg.wandb_checkpoint and summary else None
         tracker.close(summary, artifact)
-    return Result(run_dir=run_dir, config=cfg, summary=summary, params=global_model.params.clone())
+    return Result(
+        run_dir=run_dir, config=cfg, summary=summary, params=global_model.params.cpu().clone()
+    )
 
 
 @contextlib.contextmanager
