@@ -947,6 +947,8 @@ class LocalBackend:
         self.log_dir = log_dir
 
     def start(self, run: PlannedRun) -> subprocess.Popen[bytes]:
+        if run.run_dir.exists() and not is_finished(run.run_dir):  # died half-way: start afresh
+            shutil.rmtree(run.run_dir)
         with (
             open(self.log_dir / f"{run.name}.out", "wb") as out,
             open(self.log_dir / f"{run.name}.err", "wb") as err,
@@ -1066,19 +1068,33 @@ class _TaskLost(Exception):
 
 def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
     """The eval rows a run wrote so far (a half-written last line is not one yet)."""
-    rows = []
-    try:
-        with open(run_dir / "metrics.jsonl") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break
-                with contextlib.suppress(ValueError):
-                    row = json.loads(line)
-                    if isinstance(row, dict) and row.get("kind") == "eval":
-                        rows.append(row)
-    except OSError:
-        pass
-    return rows
+    return _EvalTail(run_dir).read()
+
+
+class _EvalTail:
+    """A running run's eval rows, read on from where the last read stopped (metrics.jsonl
+    grows by a train row per log interval; it is not read again from the start each poll)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.offset = 0
+        self.rows: list[dict[str, Any]] = []
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return self.rows
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a half-written last line waits
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict) and row.get("kind") == "eval":
+                    self.rows.append(row)
+        return self.rows
 
 
 def is_pruned(run_dir: Path) -> bool:
@@ -1149,6 +1165,7 @@ class Search:
         )
         self.trials: dict[str, Any] = {}
         self.reported: dict[str, int] = {}
+        self.tails: dict[str, _EvalTail] = {}
         self.pruned_at: dict[str, dict[str, Any]] = {}
 
     @staticmethod
@@ -1180,11 +1197,12 @@ class Search:
     def bind(self, run: PlannedRun, trial: Any) -> None:
         self.trials[run.name] = trial
         self.reported[run.name] = 0
+        self.tails[run.name] = _EvalTail(run.run_dir)
 
     def watch(self, run: PlannedRun, upto: int | None = None) -> dict[str, Any] | None:
         """Report the run's new eval rows; where Hyperband prunes it, say at which row."""
         trial = self.trials[run.name]
-        rows = _eval_rows(run.run_dir)[: upto if upto is not None else None]
+        rows = self.tails[run.name].read()[: upto if upto is not None else None]
         for step in range(self.reported[run.name] + 1, len(rows) + 1):
             value = rows[step - 1].get(self.metric.eval_key)
             self.reported[run.name] = step
@@ -1201,6 +1219,7 @@ class Search:
     def tell(self, run: PlannedRun, status: str) -> None:
         """End the run's trial: its value, pruned, or failed (a failure tells TPE nothing)."""
         trial = self.trials.pop(run.name, None)
+        self.tails.pop(run.name, None)
         if trial is None:
             return
         state = self.optuna.trial.TrialState
@@ -1296,6 +1315,8 @@ class BayesRuns:
                 continue
             fresh = run.name not in self.results and run.name not in batch_names
             runs_now = fresh and run.name not in self.done_before
+            if fresh and not runs_now:  # finished in an earlier session: with these values?
+                check_finished(run, self.build.sweep)
             self.open.append((trial, run, runs_now))
             if runs_now:
                 self.search.bind(run, trial)

@@ -142,3 +142,27 @@ def test_a_learner_moved_to_a_device_still_loads_and_reads_one_flat_buffer():
     learner.flat.load(values)
     seen = torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()])
     assert torch.equal(seen, values), "the model's parameters are views of the new flat buffer"
+
+
+def test_auto_keeps_theta_on_cpu_where_workers_write_it(monkeypatch):
+    """With a GPU, auto is cuda, except under Hogwild! (workers step θ in shared CPU
+    memory) and for multi-agent learners, where cuda itself is refused in one line."""
+    from hybrid.core.loop import learner_device
+    from hybrid.envs import describe
+    from hybrid.schedulers import make_scheduler
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
+    info = describe("CartPole-v1")
+
+    def device(**changes) -> str:
+        cfg = TrainConfig(env="CartPole-v1", workers=2, **changes)
+        return learner_device(cfg, info, make_scheduler(cfg)).type
+
+    assert device(scheduler="hybrid") == "cuda"
+    assert device(scheduler="async", runtime="serial") == "cuda"
+    assert device(scheduler="async", runtime="processes") == "cpu"  # Hogwild!
+    assert device(scheduler="async", runtime="processes", lock_free=False) == "cuda"
+    assert device(scheduler="sync", runtime="processes") == "cuda"  # the main process applies
+    with pytest.raises(ConfigError, match=r"^device: cuda: Hogwild! workers step θ in shared"):
+        device(scheduler="async", runtime="processes", device="cuda")
+    assert device(scheduler="hybrid", device="cpu") == "cpu"

@@ -137,13 +137,8 @@ class GlobalModel:
         statistics are created now (as the optimizer would on its first step: zeros, or
         FedOpt's v = τ²) so that they exist before any worker starts.
         """
-        if self.device.type != "cpu":
-            from hybrid.errors import ConfigError
-
-            raise ConfigError(
-                f"device: {self.device.type}: Hogwild! workers step θ in shared CPU memory; "
-                "use --device cpu, or --no-lock-free"
-            )
+        if self.device.type != "cpu":  # learner_device keeps such runs on CPU
+            raise ValueError(f"Hogwild! needs θ in CPU memory; this model is on {self.device}")
         if self.shared is None:
             state = self.optimizer.state[self.param]
             if not state:
@@ -218,10 +213,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_global_model(
-    cfg: TrainConfig, params: torch.Tensor, obs_shape: int | tuple[int, ...] = 0
+    cfg: TrainConfig,
+    params: torch.Tensor,
+    obs_shape: int | tuple[int, ...] = 0,
+    device: str | torch.device = "cpu",
 ) -> GlobalModel:
     """The global model ``cfg`` asks for, starting from ``params``; ``obs_shape`` is that of
-    the observation statistics (``EnvInfo.obs_stats_shape``), kept with ``--normalize-obs``."""
+    the observation statistics (``EnvInfo.obs_stats_shape``), kept with ``--normalize-obs``.
+    ``device``: the run's (``learner_device`` in the loop); worker processes keep cpu."""
     return GlobalModel(
         params,
         optimizer=cfg.optimizer,
@@ -235,7 +234,7 @@ def build_global_model(
         obs_norm_dim=obs_shape if cfg.normalize_obs else 0,
         server_beta1=cfg.server_beta1,
         server_beta2=cfg.server_beta2,
-        device=resolve_device(cfg.device),
+        device=device,
     )
 
 
