@@ -1233,7 +1233,8 @@ class Search:
             self.study.tell(trial, value)
 
     def replay(self, run: PlannedRun, trial: Any) -> str:
-        """Feed a run finished in an earlier session to its trial, as it went then."""
+        """Feed a finished run (an earlier session's, or a repeated proposal's) to a trial:
+        its eval rows up to where it was pruned, then its value (a failed run's: none)."""
         self.bind(run, trial)
         pruned = _read_json(run.run_dir / "pruned.json")
         upto = int(pruned["step"]) if isinstance(pruned, dict) and "step" in pruned else None
@@ -1286,7 +1287,6 @@ class BayesRuns:
         self.open: list[tuple[Any, PlannedRun, bool]] = []  # (trial, run, runs this session)
         self.exhausted = False
         self.skipped: list[PlannedRun] = []
-        self.failures: list[Outcome] = []
 
     def take(self, free: int, running: int) -> list[PlannedRun]:
         if running or self.open or self.exhausted:
@@ -1341,11 +1341,7 @@ class BayesRuns:
                     self.search.watch(run)
                 self.search.tell(run, status)
             elif run.name in self.results:  # met before: its result again (runs are seeded)
-                self.search.bind(run, trial)
-                status = self.results[run.name]
-                pruned = self.search.pruned_at.get(run.name)
-                self.search.watch(run, pruned["step"] if pruned else None)
-                self.search.tell(run, status)
+                self.search.replay(run, trial)
             else:  # finished in an earlier session
                 self.results[run.name] = self.search.replay(run, trial)
         self.open = []
