@@ -1,18 +1,23 @@
-"""``hybrid sweep``: run a wandb-format sweep file locally, offline, in parallel, resumably.
+"""``hybrid sweep``: run a wandb-format sweep file offline, in parallel, resumably.
 
     hybrid sweep sweeps/scheduler_ablation.yaml --jobs 2 --out runs/sweep
+    hybrid sweep sweeps/lr_bayes.yaml --backend ray --ray-address auto
 
 The YAML is wandb's sweep format, so the same file runs online with ``wandb sweep`` +
-``wandb agent``. This runner mirrors wandb's meaning of ``method`` (grid / random),
-``parameters`` (``value``, ``values``, ``distribution`` with ``min``/``max``/``q``/``mu``/
-``sigma``...) and ``run_cap``, and needs no server: every run is one ``hybrid train``
-process with ``WANDB_MODE=offline``, written to ``OUT/<name>`` where the name is built
-from the parameter values that vary (``scheduler=async,seed=1``).
+``wandb agent``. This runner mirrors wandb's meaning of ``method`` (grid / random /
+bayes), ``parameters`` (``value``, ``values``, ``distribution`` with ``min``/``max``/``q``/
+``mu``/``sigma``...), ``run_cap``, ``metric`` and ``early_terminate`` (hyperband), and
+needs no server: every run is one ``hybrid train`` process with ``WANDB_MODE=offline``
+(here, or in a Ray task with ``--backend ray``), written to ``OUT/<name>`` where the name
+is built from the parameter values that vary (``scheduler=async,seed=1``). bayes is
+Optuna's TPE sampler and hyperband Optuna's HyperbandPruner (``Search``), fed by the runs'
+eval rows; a pruned run's directory holds ``pruned.json``.
 
-A run directory holding ``summary.json`` is finished and skipped, so rerunning the same
-command after a crash or Ctrl-C resumes the sweep; a directory without one is a run that
-died half-way and is removed and rerun. Random search draws from a seeded stream
-(``--seed``), so a rerun draws the same configs and resumes too.
+A run directory holding ``summary.json`` (or ``pruned.json``) is finished and skipped, so
+rerunning the same command after a crash or Ctrl-C resumes the sweep; a directory without
+one is a run that died half-way and is removed and rerun. Random search draws from a
+seeded stream (``--seed``), and bayes is seeded and fed results in a fixed order, so a
+rerun draws the same configs and resumes too.
 
 Bad input (an unknown field, an empty grid, an unknown method...) ends in one line on
 stderr and exit code 2 before any run starts; every expanded config is checked the way
