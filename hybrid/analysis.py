@@ -814,7 +814,7 @@ def _check_grouping(runs: Sequence[Run], group_by: Sequence[str]) -> None:
     envs are on different scales (Pendulum ~-1000, CartPole 500), so one IQM over them means
     nothing. Runs whose config.json records no env are not counted.
     """
-    fields = sorted({str(k) for r in runs for k in r.config})
+    fields = sorted({str(k) for r in runs for k in r.config} | _setting_fields(runs))
     for name in group_by:
         if name not in fields:
             close = difflib.get_close_matches(name, fields, n=1)
@@ -830,6 +830,27 @@ def _check_grouping(runs: Sequence[Run], group_by: Sequence[str]) -> None:
             "not comparable in one score; add env to the grouping "
             f"(--group-by env {' '.join(group_by)}) or compare one env at a time"
         )
+
+
+SETTING = "scheduler_arg."
+"""``--group-by scheduler_arg.KEY`` groups by a user scheduler's setting KEY (config.json's
+``scheduler_args``), the name sweep YAML gives it."""
+
+
+def _setting_fields(runs: Sequence[Run]) -> set[str]:
+    return {
+        f"{SETTING}{key}"
+        for r in runs
+        if isinstance(r.config.get("scheduler_args"), dict)
+        for key in r.config["scheduler_args"]
+    }
+
+
+def _config_value(config: Mapping[str, Any], name: str) -> Any:
+    if name.startswith(SETTING) and name not in config:
+        settings = config.get("scheduler_args")
+        return settings.get(name[len(SETTING) :]) if isinstance(settings, dict) else None
+    return config.get(name)
 
 
 def _check_out(out_dir: Path) -> None:
@@ -902,7 +923,7 @@ def compare(
     # Bucket by the JSON text of the values: config values may be lists (unhashable).
     buckets: dict[str, tuple[list[Any], list[Run]]] = {}
     for r in runs:
-        values = [r.config.get(f) for f in group_by]
+        values = [_config_value(r.config, f) for f in group_by]
         bucket = buckets.setdefault(json.dumps(values, sort_keys=True, default=str), (values, []))
         bucket[1].append(r)
     ordered = sorted(buckets.values(), key=lambda b: tuple(_sort_key(v) for v in b[0]))

@@ -305,6 +305,9 @@ class TrainConfig:
     """Experiment name (the wandb group); empty uses the env id."""
     torch_threads: int = 1
     """torch intra-op threads; 1 keeps tiny MLPs fast and the serial runtime bit-reproducible."""
+    device: str = "auto"
+    """Where the global model, the server optimizer and the learner run: auto (cuda when torch
+    finds a GPU, else cpu), cpu or cuda. Workers always act on CPU, from CPU copies of θ."""
     progress: bool = True
     """Show a progress bar (a periodic status line when output is not a terminal)."""
 
@@ -346,6 +349,15 @@ class TrainConfig:
         _choice("head", self.head, ("auto", "categorical", "gaussian"))
         _choice("optimizer", self.optimizer, registry.OPTIMIZERS)
         _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
+        _choice("device", self.device, ("auto", "cpu", "cuda"))
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError(
+                    "device: cuda, but torch finds no CUDA GPU here (torch.cuda.is_available() "
+                    f"is False; torch {torch.__version__}); use --device cpu or auto"
+                )
         self._check_cluster()
         _choice("codec", self.codec, registry.CODECS)
         _in_range("topk_ratio", self.topk_ratio, 0.0, 1.0)

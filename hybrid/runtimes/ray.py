@@ -576,7 +576,11 @@ class RayRuntime:
                         raise
                     raise StartupInterrupted(signal.SIGTERM) from None
                 signals.rearm()
-                self._remote = ray.remote(num_cpus=1, max_restarts=0)(ActorWorker)
+                # SPREAD: one actor per node before a second on any (a lost node takes
+                # the fewest workers; each node's cores and NIC serve its own actors).
+                self._remote = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(
+                    ActorWorker
+                )
                 for w in range(population(cfg)):  # edge clients: one actor per client
                     self._actors.append(_Actor(w, 0, None))
                     self._start(self._actors[-1])
