@@ -595,6 +595,7 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
         "total_env_steps",
         "stop_when_solved",
         "seed",
+        "device",
     ),
     "nets": ("hidden", "layers", "head", "log_std_init", "state_dependent_std"),
     "a2c": (
