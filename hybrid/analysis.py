@@ -1,16 +1,17 @@
 """Compare groups of training runs: robust aggregates, learning curves, tables and figures.
 
-A run directory, as written by the trainer, holds ``config.json`` (flat config),
-``metrics.jsonl`` (append-only rows tagged by ``kind``) and, once the run finished,
-``summary.json``. :func:`compare` groups finished runs by config fields and returns a
-:class:`Comparison`: the table as a pandas DataFrame, the IQM/CIs, the figures (drawn on
-first use) and :meth:`Comparison.save`, which writes figures (PNG + PDF), a Markdown table,
-a booktabs LaTeX table and ``results.json`` (what ``hybrid compare`` writes).
-:func:`load_runs` and :func:`frame` read run directories into DataFrames, one row per
-logged row with the config fields as columns (see :data:`FRAME_KINDS`).
+A run directory, as written by the trainer, holds ``config.json`` (flat config), ``metrics.jsonl``
+(append-only rows tagged by ``kind``) and, once the run finished, ``summary.json``.
+[`compare`][hybrid.analysis.compare] groups finished runs by config fields and returns a
+[`Comparison`][hybrid.analysis.Comparison]: the table as a pandas DataFrame, the IQM/CIs, the
+figures (drawn on first use) and [`Comparison.save`][hybrid.analysis.Comparison.save], which writes
+figures (PNG + PDF), a Markdown table, a booktabs LaTeX table and ``results.json`` (what ``hybrid
+compare`` writes). [`load_runs`][hybrid.analysis.load_runs] and [`frame`][hybrid.analysis.frame]
+read run directories into DataFrames, one row per logged row with the config fields as columns (see
+[`FRAME_KINDS`][hybrid.analysis.FRAME_KINDS]).
 
 Aggregates follow Agarwal et al. (NeurIPS 2021): IQM and mean with stratified-bootstrap
-CIs, probability of improvement, performance profiles (see :mod:`hybrid.stats`, written
+CIs, probability of improvement, performance profiles (see [`hybrid.stats`][hybrid.stats], written
 over numpy/scipy rather than ``rliable``, whose ``arch`` dependency breaks with pandas 3).
 
 matplotlib is imported only when figures are drawn and pandas only when a DataFrame is
@@ -203,7 +204,8 @@ FRAME_KINDS: dict[str, str] = {
     "summary": "one row per finished run: summary.json",
     "config": "one row per run: config.json",
 }
-"""What :func:`frame` and :func:`load_runs` read, by ``kind``."""
+"""What [`frame`][hybrid.analysis.frame] and [`load_runs`][hybrid.analysis.load_runs] read, by
+``kind``."""
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -263,11 +265,11 @@ def frame(
 ) -> pd.DataFrame:
     """One run directory as a pandas DataFrame: one row per logged row of ``kind``.
 
-    ``kind`` is one of :data:`FRAME_KINDS`. The first column, ``run``, is the run
-    directory; the config fields follow the logged columns (all of them, none with
-    ``config=False``, or the ones named), so frames of several runs concatenate and group
-    by any field. A config field whose name a row already has becomes ``config/<name>``.
-    Raises FileNotFoundError when ``run`` has no config.json or no file for ``kind``.
+    ``kind`` is one of [`FRAME_KINDS`][hybrid.analysis.FRAME_KINDS]. The first column, ``run``, is
+    the run directory; the config fields follow the logged columns (all of them, none with
+    ``config=False``, or the ones named), so frames of several runs concatenate and group by any
+    field. A config field whose name a row already has becomes ``config/<name>``. Raises
+    FileNotFoundError when ``run`` has no config.json or no file for ``kind``.
     """
     _check_kind(kind)
     got = _records(Path(run), kind, config)
@@ -308,12 +310,12 @@ def _expand(paths: Any) -> list[Path]:
 def load_runs(
     paths: Any, kind: str = "metrics", *, config: bool | Sequence[str] = True
 ) -> pd.DataFrame:
-    """Many runs as one pandas DataFrame: :func:`frame` of each, stacked.
+    """Many runs as one pandas DataFrame: [`frame`][hybrid.analysis.frame] of each, stacked.
 
-    ``paths`` is a path, a glob (``"runs/sweep/*"``), a folder searched for run
-    directories, a :class:`hybrid.Result`, or a list of those. Runs are read in path order;
-    one without data for ``kind`` (an unfinished run has no summary) is left out with an
-    :class:`AnalysisWarning`. Group with pandas, e.g.
+    ``paths`` is a path, a glob (``"runs/sweep/*"``), a folder searched for run directories, a
+    [`hybrid.Result`][hybrid.Result], or a list of those. Runs are read in path order; one without
+    data for ``kind`` (an unfinished run has no summary) is left out with an
+    [`AnalysisWarning`][hybrid.analysis.AnalysisWarning]. Group with pandas, e.g.
     ``load_runs("runs/*", "eval").groupby(["scheduler", "env_steps"])["eval/return_mean"]``.
     """
     _check_kind(kind)
@@ -382,11 +384,13 @@ class GroupStats:
 
 @dataclass
 class Comparison:
-    """What :func:`compare` computed: per-group aggregates, curves, and the report.
+    """What [`compare`][hybrid.analysis.compare] computed: per-group aggregates, curves, and the
+    report.
 
-    In Jupyter it renders as its table. :attr:`table` is the same table as a DataFrame
-    (numbers, not strings), :attr:`figures` the figures (drawn on first use) and
-    :meth:`save` writes everything ``hybrid compare`` writes.
+    In Jupyter it renders as its table. [`table`][hybrid.analysis.Comparison.table] is the same
+    table as a DataFrame (numbers, not strings), [`figures`][hybrid.analysis.Comparison.figures] the
+    figures (drawn on first use) and [`save`][hybrid.analysis.Comparison.save] writes everything
+    ``hybrid compare`` writes.
     """
 
     metric: str
@@ -439,7 +443,7 @@ class Comparison:
     @property
     def improvement_table(self) -> pd.DataFrame:
         """P(row's metric > column's), a square DataFrame over the groups (NaN on the
-        diagonal and where a group has no score); the CIs are in :attr:`improvement`."""
+        diagonal and where a group has no score); the CIs are in ``improvement``."""
         import pandas as pd
 
         labels = list(self.groups)
@@ -483,8 +487,8 @@ class Comparison:
 
     def save(self, out: str | Path) -> dict[str, Path]:
         """Write the report into ``out`` (created): each figure as PNG and PDF,
-        ``table.md``, ``table.tex`` and ``results.json``. Returns the paths by file name,
-        also kept in :attr:`paths`. Raises :class:`CompareError` when ``out`` cannot be
+        ``table.md``, ``table.tex`` and ``results.json``. Returns the paths by file name, also kept
+        in ``paths``. Raises [`CompareError`][hybrid.analysis.CompareError] when ``out`` cannot be
         a directory."""
         out_dir = Path(out)
         _check_out(out_dir)
@@ -1134,17 +1138,18 @@ def compare(
 ) -> Comparison:
     """Aggregate finished runs per group of ``group_by`` config values.
 
-    ``runs`` is what :func:`load_runs` takes: run directories, globs, folders searched for
-    runs (:func:`find_runs`), :class:`hybrid.Result` objects, or a list of those.
-    ``metric`` is read from each ``summary.json``. ``x_axes`` entries are eval-row columns
-    (``env_steps``, ``updates``, ...) or ``time`` (virtual_s when a run records it, else
-    wall_s). With ``out``, the report is also written there (:meth:`Comparison.save`, what
-    ``hybrid compare --out`` writes). Runs without ``summary.json`` are skipped with an
-    :class:`AnalysisWarning` (one whose summary.json is corrupt is named as such). Raises
-    :class:`CompareError` before writing anything when ``group_by`` names a field no run
-    has, when runs of several envs would be pooled (group by ``env``), or when ``out``
-    cannot be a directory. Bootstraps are seeded from ``seed``, so the same inputs give
-    the same numbers.
+    ``runs`` is what [`load_runs`][hybrid.analysis.load_runs] takes: run directories, globs, folders
+    searched for runs ([`find_runs`][hybrid.analysis.find_runs]), [`hybrid.Result`][hybrid.Result]
+    objects, or a list of those. ``metric`` is read from each ``summary.json``. ``x_axes`` entries
+    are eval-row columns (``env_steps``, ``updates``, ...) or ``time`` (virtual_s when a run records
+    it, else wall_s). With ``out``, the report is also written there
+    ([`Comparison.save`][hybrid.analysis.Comparison.save], what ``hybrid compare --out`` writes).
+    Runs without ``summary.json`` are skipped with an
+    [`AnalysisWarning`][hybrid.analysis.AnalysisWarning] (one whose summary.json is corrupt is named
+    as such). Raises [`CompareError`][hybrid.analysis.CompareError] before writing anything when
+    ``group_by`` names a field no run has, when runs of several envs would be pooled (group by
+    ``env``), or when ``out`` cannot be a directory. Bootstraps are seeded from ``seed``, so the
+    same inputs give the same numbers.
     """
     out_dir = None if out is None else Path(out)
     group_by = (group_by,) if isinstance(group_by, str) else tuple(group_by)

@@ -89,8 +89,9 @@ class Result:
     def frame(self, kind: str = "metrics") -> pd.DataFrame:
         """This run's rows of ``kind`` as a pandas DataFrame, config fields as columns.
 
-        ``kind`` is one of :data:`hybrid.analysis.FRAME_KINDS`: ``metrics`` (every row),
-        ``train``, ``eval``, ``spans`` (one row per worker task), ``summary`` or ``config``.
+        ``kind`` is one of [`hybrid.analysis.FRAME_KINDS`][hybrid.analysis.FRAME_KINDS]: ``metrics``
+        (every row), ``train``, ``eval``, ``spans`` (one row per worker task), ``summary`` or
+        ``config``.
         """
         from hybrid.analysis import frame
 
