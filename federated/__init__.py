@@ -4,6 +4,8 @@ The edge clients themselves (profiles, env variants, links) are ``hybrid/clients
 the fedavg scheduler and the runtimes' clocks need them. Importing this package
 registers ``client_fairness`` (``federated/evaluation.py``) with ``hybrid.plugins`` as a
 final evaluation of runs whose workers are edge clients or run env variants.
+
+See [`federated.evaluation`][federated.evaluation].
 """
 
 from __future__ import annotations
@@ -23,3 +25,5 @@ def _has_clients(cfg: TrainConfig) -> bool:
 register_final_evaluation(
     FinalEvaluation("client_fairness", _has_clients, "federated.evaluation:client_fairness")
 )
+
+__all__ = ["evaluation"]

@@ -64,4 +64,11 @@ register_env_family(
     )
 )
 
-__all__ = ["MULTIAGENT_ALGOS", "check_config", "critic_kind"]
+__all__ = [
+    "MULTIAGENT_ALGOS",
+    "check_config",
+    "critic_kind",
+    "env_state",
+    "mappo",
+    "pettingzoo",
+]

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -57,6 +57,9 @@ from hybrid.schedulers import (
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
 from hybrid.tracking import CallbackLike, Callbacks, Tracker, write_json_atomic
 
+if TYPE_CHECKING:
+    import pandas as pd  # only for Result.frame's annotation: pandas is imported on use
+
 
 @dataclass
 class Result:
@@ -88,6 +91,17 @@ class Result:
                 if kind is None or row.get("kind") == kind:
                     rows.append(row)
         return rows
+
+    def frame(self, kind: str = "metrics") -> pd.DataFrame:
+        """This run's rows of ``kind`` as a pandas DataFrame, config fields as columns.
+
+        ``kind`` is one of [`hybrid.analysis.FRAME_KINDS`][hybrid.analysis.FRAME_KINDS]: ``metrics``
+        (every row), ``train``, ``eval``, ``spans`` (one row per worker task), ``summary`` or
+        ``config``.
+        """
+        from hybrid.analysis import frame
+
+        return frame(self.run_dir, kind)
 
 
 @dataclass
