@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -71,3 +73,20 @@ def crash_copy(run_dir, dest):
         if later.name > keep.name:
             later.unlink()
     return dest
+
+
+# `make test` runs the suite on two xdist workers (`-n 2 --dist loadgroup`). Tests that
+# start worker processes or Ray share one group, so they run one after another in one
+# xdist worker: the leak checks (/dev/shm, the process tree) then see only their own
+# run's segments, and two Ray sessions never compete for one machine's ports.
+_SPAWNS = re.compile(r"\bray\b|processes|hogwild|ProcessRuntime|RayRuntime", re.I)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        try:
+            source = inspect.getsource(item.function)
+        except (OSError, TypeError):
+            source = ""
+        if _SPAWNS.search(item.nodeid) or _SPAWNS.search(source):
+            item.add_marker(pytest.mark.xdist_group("spawns-processes"))
