@@ -63,21 +63,24 @@ class GlobalModel:
         self.optimizer_name, self.momentum, self.adam_eps = optimizer, momentum, adam_eps
         self.shared: dict[str, torch.Tensor] | None = None
         """θ and the optimizer statistics, once moved into shared memory (``share_memory``)."""
-        self.written_by_workers = False
-        """Hogwild!: each worker has already applied its own update to the shared θ with
-        the shared optimizer statistics, so ``apply`` only counts the version."""
 
     @property
     def params(self) -> torch.Tensor:
         return self.param.data
 
-    def snapshot(self, task: Task = ComputeGradient(), progress: float = 0.0) -> Snapshot:  # noqa: B008 (frozen)
+    def snapshot(
+        self,
+        task: Task = ComputeGradient(),  # noqa: B008 (frozen)
+        progress: float = 0.0,
+        *,
+        copy: bool = True,
+    ) -> Snapshot:
+        """θ, the version and the server's extras for a task; ``copy=False`` hands out the
+        live θ (``appliers.WorkersApply``: Hogwild! workers read the shared θ themselves)."""
         extras = {"target": self.target.clone()} if self.target is not None else {}
         if self.obs_stats is not None:
             extras.update(self.obs_stats.extras())
-        # Under Hogwild! workers read the live shared θ, unlocked, whenever they start:
-        # a copy taken here would be read by nobody.
-        params = self.param.data if self.written_by_workers else self.param.data.clone()
+        params = self.param.data.clone() if copy else self.param.data
         return Snapshot(params, self.version, extras=extras, task=task, progress=progress)
 
     def observe(self, update: Update) -> None:
@@ -98,9 +101,6 @@ class GlobalModel:
         if direction is None:
             raise ValueError("a Step without a direction must go through a learner first")
         norm = float(torch.linalg.vector_norm(direction))
-        if self.written_by_workers:
-            self._count_version()
-            return norm
         if step.clip and self.max_grad_norm > 0 and norm > self.max_grad_norm:
             direction = direction * (self.max_grad_norm / (norm + 1e-6))
         for group in self.optimizer.param_groups:
@@ -108,10 +108,12 @@ class GlobalModel:
         self.param.grad = direction
         self.optimizer.step()
         self.param.grad = None
-        self._count_version()
+        self.count_version()
         return norm
 
-    def _count_version(self) -> None:
+    def count_version(self) -> None:
+        """One more step is in θ (taken here, or by a Hogwild! worker); refreshes the target
+        network on its period."""
         self.version += 1
         if self.target is not None and self.version % self.target_every == 0:
             self.target.copy_(self.param.data)

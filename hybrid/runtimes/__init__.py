@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 
 class Runtime(Protocol):
-    """Dispatches tasks to workers and hands back their updates, earliest completion first."""
+    """Dispatches tasks to workers and hands back their updates, earliest completion first.
+
+    A runtime may also name an ``applier`` (``hybrid.core.appliers``): who writes θ. One
+    that does not leaves it to the loop's server optimizer; the processes runtime picks
+    ``WorkersApply`` under Hogwild!.
+    """
 
     def idle_workers(self) -> list[int]: ...
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None: ...

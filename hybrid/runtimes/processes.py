@@ -41,8 +41,8 @@ optimizer code the main process would run (``GlobalModel.attach_shared``): clipp
 the learning-rate schedule (from the run's progress sent with each task) and the
 optimizer's step, all unguarded, so two workers may write the same coordinate at
 once and a read may mix several writes. The loop still sees every update: it counts
-it, measures staleness, logs it and gives it the next version; its ``apply`` only
-counts, because ``written_by_workers`` says the step is taken (a non-finite payload
+it, measures staleness, logs it and gives it the next version; the runtime's applier
+(``appliers.WorkersApply``) only counts it, since the step is taken (a non-finite payload
 is neither applied by the worker nor admitted by the loop: both use one test). The
 model the loop evaluates and checkpoints is the one the workers train. Torn reads are
 not counted here: every read may interleave with writes, which is the point.
@@ -122,6 +122,7 @@ import torch
 import torch.multiprocessing as mp
 
 from hybrid.config import TrainConfig
+from hybrid.core.appliers import SERVER_APPLIES, Applier, WorkersApply
 from hybrid.core.global_model import GlobalModel, all_finite, build_global_model
 from hybrid.core.worker import Worker, build_model
 from hybrid.envs import EnvInfo
@@ -323,9 +324,11 @@ class ProcessRuntime:
         self._ctx = mp.get_context("spawn")  # fork would copy the parent's threads and locks
         numel = FlatParams(build_model(cfg, info)).numel
         self._shared_model: dict[str, torch.Tensor] | None = None
+        # Who writes θ: the loop's server optimizer, or (Hogwild!) the workers themselves.
+        self.applier: Applier = SERVER_APPLIES
         if hogwild is not None:
             self._shared_model = hogwild.share_memory()
-            hogwild.written_by_workers = True
+            self.applier = WorkersApply()
             self._theta = self._shared_model["param"]  # the global model's own storage
         else:
             self._theta = torch.zeros(numel).share_memory_()
