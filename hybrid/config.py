@@ -435,11 +435,6 @@ class TrainConfig:
         check_dynamics(self.client_dynamics, self.env)
         if self.round_deadline_s and self.scheduler != "fedavg":
             raise ConfigError("round_deadline_s: only the fedavg scheduler has rounds; leave it 0")
-        if self.runtime == "processes" and (self.scheduler == "fedavg" or self.clients):
-            raise ConfigError(
-                "runtime: 'processes' runs persistent gradient workers only; "
-                "run fedavg and edge clients on serial or ray"
-            )
         # multi-agent
         _choice("critic", self.critic, ("auto", "central", "local"))
         _at_least("ppo_epochs", self.ppo_epochs, 1)

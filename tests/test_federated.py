@@ -597,7 +597,7 @@ def test_on_demand_clients_hold_no_worker_between_tasks(monkeypatch):
             built.append(self.worker_id)
             alive.add(self)
 
-    monkeypatch.setattr("hybrid.runtimes.serial.Worker", Tracked)
+    monkeypatch.setattr("hybrid.runtimes.pool.Worker", Tracked)
     cfg = TrainConfig(scheduler="fedavg", clients=200, local_steps=1, client_dynamics="gravity")
     runtime = SerialRuntime(cfg, describe(cfg.env))
     theta = initial_params(cfg, describe(cfg.env))

@@ -103,6 +103,7 @@ are created, so nothing is left in /dev/shm whatever happens.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import os
@@ -140,6 +141,7 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
+from hybrid.runtimes.pool import WorkerPool, make_pool
 
 SEQ, VERSION, HALT = 0, 1, 2  # the words of ``meta``
 SETTLE_TIMEOUT_S = 60.0
@@ -182,7 +184,7 @@ def _worker_main(
     worker_id: int,
     incarnation: int,
     cfg: TrainConfig,
-    info: EnvInfo,
+    pool: WorkerPool,
     conn: Connection,
     theta: torch.Tensor,
     meta: torch.Tensor,
@@ -195,9 +197,10 @@ def _worker_main(
     # process's job (close()), and a worker dying mid-send would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing from more
-    worker = None
+    worker: Worker | None = None
     try:
-        worker = Worker(worker_id, cfg, info, incarnation)
+        if pool.persistent:
+            worker = pool.build(worker_id, incarnation)
         # Hogwild!: this process steps the global model itself, through the shared θ and
         # optimizer statistics, with the very optimizer code the main process would run.
         hogwild: GlobalModel | None = None
@@ -206,7 +209,12 @@ def _worker_main(
             build_global_model(cfg, torch.zeros_like(theta)).apply(Step(torch.ones_like(theta)))
             hogwild = build_global_model(cfg, torch.zeros_like(theta))
             hogwild.attach_shared(shared_model)
-        warm_up(worker)
+        if worker is not None:
+            warm_up(worker)
+        else:  # edge clients, built per task: pay the lazy start-up on a throw-away one
+            client = pool.build(0)
+            warm_up(client)
+            client.close()
         local = torch.empty_like(theta)
         meta_np = meta.numpy()  # a view of the same shared words
         applied_np = applied.numpy()
@@ -215,7 +223,7 @@ def _worker_main(
         message = conn.recv()
         while message is not None:
             started_at = time.monotonic()  # a system-wide clock: comparable across processes
-            _, task, extras, progress = message
+            _, task, extras, progress, client_id = message
             if hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
                 # counted before the copy: an apply landing during it counts as stale
@@ -224,7 +232,10 @@ def _worker_main(
             else:
                 version, torn = read_params(theta, meta_np, consistent, local)
             snapshot = Snapshot(local, version, extras=unpack(extras or {}), task=task)
-            update = worker.run_task(snapshot)
+            if worker is not None:
+                update = worker.run_task(snapshot)
+            else:  # an edge client's task: built here, from its id, and released
+                update = pool.run(client_id, snapshot)
             record = update_record(update)
             payload = update.payload
             record["in_slot"] = (
@@ -270,9 +281,10 @@ def _worker_main(
 # --- the main process ------------------------------------------------------------------------
 
 
-@dataclass(eq=False)  # identity: a slot is one worker
+@dataclass(eq=False)  # identity: a slot is one process
 class _Slot:
-    """One worker as the main process sees it, across its incarnations."""
+    """One worker process as the main process sees it, across its incarnations: a persistent
+    worker's own, or one that runs whichever edge client's task it is given."""
 
     worker_id: int
     incarnation: int
@@ -280,8 +292,6 @@ class _Slot:
     conn: Connection
     ready: bool = False
     """Warmed up and waiting for tasks."""
-    busy: bool = False
-    """Dispatched, and its update not yet handed to the loop (the scheduler's view)."""
     claimed: bool = False
     """The loop dispatched this worker and waits for a result that has not come back."""
     sent: int = 0
@@ -292,8 +302,9 @@ class _Slot:
     update only once its claim arrives, so nothing the loop did not count reaches θ)."""
     failures: int = 0
     """Unexpected failures since the last finished task."""
-    task: tuple[Task, Any, float] = (ComputeGradient(), None, 0.0)
-    """The task to (re-)run: what to do, the snapshot's packed extras and the run's progress."""
+    task: tuple[Task, Any, float, int | None] = (ComputeGradient(), None, 0.0, None)
+    """The task to (re-)run: what to do, the snapshot's packed extras, the run's progress and
+    the edge client to build for it (None: the slot's own persistent worker)."""
     killed_on_purpose: bool = False
     last_error: str = ""
 
@@ -316,11 +327,27 @@ def _stop_processes(processes: list[BaseProcess], grace_s: float) -> None:
 class ProcessRuntime:
     """Workers in spawned processes; θ in shared memory; real wall-clock time."""
 
-    def __init__(self, cfg: TrainConfig, info: EnvInfo, hogwild: GlobalModel | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        info: EnvInfo,
+        hogwild: GlobalModel | None = None,
+        pool: WorkerPool | None = None,
+    ) -> None:
         """``hogwild``: the global model whose θ and optimizer statistics the workers step
-        themselves (moved into shared memory here); None: the main process applies."""
+        themselves (moved into shared memory here); None: the main process applies.
+        ``pool``: who the workers are (default: ``make_pool``); with edge clients, K clients
+        share the ``workers`` processes."""
         warn_if_oversubscribed(cfg.workers, "processes")
         self.cfg, self.info = cfg, info
+        self.pool = pool if pool is not None else make_pool(cfg, info)
+        if hogwild is not None and not self.pool.persistent:
+            raise ValueError("Hogwild! runs persistent workers: a process runs one worker")
+        self._busy: set[int] = set()
+        """Worker ids dispatched whose update is not yet handed to the loop (the scheduler's
+        view): slot indices for persistent workers, client ids for edge clients."""
+        self._waiting: collections.deque[tuple[Task, Any, float, int | None]] = collections.deque()
+        """Edge-client tasks dispatched while every process was busy, first come first run."""
         self._ctx = mp.get_context("spawn")  # fork would copy the parent's threads and locks
         numel = FlatParams(build_model(cfg, info)).numel
         self._shared_model: dict[str, torch.Tensor] | None = None
@@ -367,28 +394,28 @@ class ProcessRuntime:
     # -- the Runtime protocol --
 
     def idle_workers(self) -> list[int]:
-        return [s.worker_id for s in self._slots if not s.busy]
+        busy = self._busy
+        return [w for w in range(self.pool.size) if w not in busy]
 
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
-        slot = self._slots[worker_id]
-        if slot.busy:
+        if worker_id in self._busy:
             raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
         self._publish(snapshot)
         extras = pack(snapshot.extras) if snapshot.extras else None
-        slot.task = (snapshot.task, extras, snapshot.progress)
-        slot.busy = True
-        slot.claimed = True
-        self._top_up(slot)
-        if self._faults.strike():
-            self.kill_worker(worker_id)
+        self._busy.add(worker_id)
+        if self.pool.persistent:
+            self._assign(self._slots[worker_id], (snapshot.task, extras, snapshot.progress, None))
+        else:  # an edge client: on the first free process, or when one frees up
+            self._waiting.append((snapshot.task, extras, snapshot.progress, worker_id))
+            self._assign_waiting()
 
     def next_update(self) -> Update:
         while not self._arrived:
-            if not any(s.busy for s in self._slots):
+            if not self._busy:
                 raise RuntimeError("no task in flight and none started: the scheduler stalled")
             self._pump()
         _, _, update = heapq.heappop(self._arrived)
-        self._slots[update.worker_id].busy = False
+        self._busy.discard(update.worker_id)
         return update
 
     def virtual_time(self) -> float | None:
@@ -487,7 +514,7 @@ class ProcessRuntime:
                 worker_id,
                 incarnation,
                 self.cfg,
-                self.info,
+                self.pool,
                 theirs,
                 self._theta,
                 self._meta,
@@ -530,6 +557,21 @@ class ProcessRuntime:
         meta[VERSION] = snapshot.version
         meta[SEQ] += 1
         self._published = snapshot.version
+
+    def _assign(self, slot: _Slot, task: tuple[Task, Any, float, int | None]) -> None:
+        slot.task = task
+        slot.claimed = True
+        self._top_up(slot)
+        if self._faults.strike():
+            self.kill_worker(slot.worker_id)
+
+    def _assign_waiting(self) -> None:
+        """Edge clients: hand waiting tasks to the processes that are free (warm, unclaimed)."""
+        for slot in self._slots:
+            if not self._waiting:
+                return
+            if slot.ready and not slot.claimed:
+                self._assign(slot, self._waiting.popleft())
 
     def _top_up(self, slot: _Slot) -> None:
         """Send what the worker needs: the claimed task if it has not started it; running
@@ -611,6 +653,8 @@ class ProcessRuntime:
         if kind == "ready":
             slot.ready = True
             self._top_up(slot)
+            if not self.pool.persistent:
+                self._assign_waiting()
         elif kind == "result":
             self._receive(slot, body)
         elif kind == "error":
@@ -641,6 +685,8 @@ class ProcessRuntime:
             slot.claimed = False
             heapq.heappush(self._arrived, (finished_at, self._sequence, update))
             self._sequence += 1
+            if not self.pool.persistent:
+                self._assign_waiting()
 
     def _stop(self, slot: _Slot) -> None:
         process = slot.process
