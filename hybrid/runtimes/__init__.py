@@ -62,9 +62,7 @@ def _processes(
     # Hogwild!: workers step the shared θ themselves when the scheduler would apply each
     # update alone anyway and nothing (a codec) must see the payload first; a process then
     # runs one persistent worker (edge clients come and go on any process).
-    hogwild = (
-        cfg.lock_free and scheduler.applies_alone and cfg.codec == "none" and pool.persistent
-    )
+    hogwild = cfg.lock_free and scheduler.applies_alone and cfg.codec == "none" and pool.persistent
     return ProcessRuntime(cfg, info, model if hogwild else None, pool)
 
 
