@@ -2,8 +2,10 @@
 
 Install with ``pip install 'hybrid-rl[ray]'``. Each worker is a Ray actor that wraps a
 ``Worker`` (its own envs and local model, one CPU, ``torch_threads`` threads), warmed
-up before the run's clock starts. With edge clients (``clients``) there is one actor
-per client.
+up before the run's clock starts. With edge clients (``clients``) the ``workers`` actors
+are a pool: client k's task runs on whichever actor is free, which builds the client
+for that task and releases it (``hybrid.runtimes.pool``), so K = 10,000 clients need
+no more actors, CPUs or memory than ``workers`` do.
 
 Why not one Ray call per task
 -----------------------------
@@ -61,6 +63,7 @@ a ``sync`` round or a ``bounded`` wait never waits on a dead worker.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import logging
@@ -87,7 +90,6 @@ import numpy as np
 import ray
 import torch
 
-from federated.clients import population
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
@@ -106,6 +108,7 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
+from hybrid.runtimes.pool import WorkerPool, make_pool
 
 STARTUP_TIMEOUT_S = 300.0
 """How long an actor may take to start, warm up and connect (many at once on a busy node)."""
@@ -180,11 +183,25 @@ def _no_delay(conn: Connection) -> Connection:
 class ActorWorker:
     """The body of one Ray actor: a warmed-up ``Worker`` that runs tasks sent on its connection."""
 
-    def __init__(self, worker_id: int, incarnation: int, cfg: TrainConfig, info: EnvInfo) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        incarnation: int,
+        cfg: TrainConfig,
+        info: EnvInfo,
+        pool: WorkerPool | None = None,
+    ) -> None:
         torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing more
         self.worker_id, self.cfg, self.info = worker_id, cfg, info
-        self.worker = Worker(worker_id, cfg, info, incarnation)
-        warm_up(self.worker)
+        self.pool = pool if pool is not None else make_pool(cfg, info)
+        self.worker: Worker | None = None
+        if self.pool.persistent:
+            self.worker = self.pool.build(worker_id, incarnation)
+            warm_up(self.worker)
+        else:  # edge clients, built per task: pay the lazy start-up on a throw-away one
+            client = self.pool.build(0)
+            warm_up(client)
+            client.close()
         self._listener: Listener | None = None
 
     def listen(self, authkey: bytes) -> tuple[Any, int]:
@@ -233,16 +250,23 @@ class ActorWorker:
                 return  # the driver has gone: nobody is left to report to
 
     def run(
-        self, params: np.ndarray, version: int, task: Task | None = None, extras: Any = None
+        self,
+        params: np.ndarray,
+        version: int,
+        task: Task | None = None,
+        extras: Any = None,
+        client: int | None = None,
     ) -> dict[str, Any]:
+        """One task: on this actor's own worker, or (``client``) on that edge client, built
+        for the task and released after it, as on every runtime."""
         started_at = time.time()  # wall clock: roughly comparable across the nodes
-        if self.cfg.clients is not None:
-            # An edge client keeps no env or model between rounds, as on the serial runtime.
-            self.worker.close()
-            self.worker = Worker(self.worker_id, self.cfg, self.info, max(version, 0))
         task = task if task is not None else ComputeGradient()
         snapshot = Snapshot(payload_tensor(params), version, extras=unpack(extras or {}), task=task)
-        update = self.worker.run_task(snapshot)
+        if client is not None:
+            update = self.pool.run(client, snapshot)
+        else:
+            assert self.worker is not None, "edge-client actors run a client's task"
+            update = self.worker.run_task(snapshot)
         record = update_record(update)
         record.update(wire=pack(update.payload), started_at=started_at, finished_at=time.time())
         return record
@@ -489,7 +513,7 @@ def connect(cfg: TrainConfig) -> RaySession | None:
         _private_token(session)
         with _loopback_only():
             ray.init(
-                num_cpus=max(population(cfg), physical_cores()),  # one CPU per actor must fit
+                num_cpus=max(cfg.workers, physical_cores()),  # one CPU per actor must fit
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
                 _temp_dir=str(session.private_dir),
@@ -522,9 +546,10 @@ class _Task:
     message: bytes
 
 
-@dataclass(eq=False)  # identity: one worker
+@dataclass(eq=False)  # identity: one actor
 class _Actor:
-    """One worker as the driver sees it, across its incarnations."""
+    """One actor as the driver sees it, across its incarnations: a persistent worker's own,
+    or one that runs whichever edge client's task it is given."""
 
     worker_id: int
     incarnation: int
@@ -535,10 +560,12 @@ class _Actor:
     """The ObjectRef of ``serve``: kept so that Ray keeps the call's result."""
     conn: Connection | None = None
     pid: int = 0
-    busy: bool = False
-    """Dispatched, and its update not yet handed to the loop (the scheduler's view)."""
+    assigned: bool = False
+    """It has a task whose result has not come back (it re-runs on a replacement)."""
+    message: bytes = b""
+    """That task, pickled: what goes on the connection."""
     sent: bool = False
-    """The busy task went out on the current connection (else it goes once connected)."""
+    """The assigned task went out on the current connection (else it goes once connected)."""
     failures: int = 0
     killed_on_purpose: bool = False
     last_error: str = ""
@@ -548,10 +575,18 @@ class _Actor:
 class RayRuntime:
     """Workers as Ray actors; real wall-clock time; earliest completion first."""
 
-    def __init__(self, cfg: TrainConfig, info: EnvInfo) -> None:
+    def __init__(self, cfg: TrainConfig, info: EnvInfo, pool: WorkerPool | None = None) -> None:
+        """``pool``: who the workers are (default: ``make_pool``); with edge clients, K
+        clients share ``workers`` actors."""
         if not cfg.ray_address:
-            warn_if_oversubscribed(population(cfg), "ray")
+            warn_if_oversubscribed(cfg.workers, "ray")
         self.cfg, self.info = cfg, info
+        self.pool = pool if pool is not None else make_pool(cfg, info)
+        self._busy: set[int] = set()
+        """Worker ids dispatched whose update is not yet handed to the loop (the scheduler's
+        view): actor indices for persistent workers, client ids for edge clients."""
+        self._waiting: collections.deque[tuple[tuple[Any, ...], int]] = collections.deque()
+        """Edge-client tasks (snapshot message, client) waiting for a free actor."""
         self._session: RaySession | None = None
         self._selector = selectors.DefaultSelector()
         self._arrived: list[tuple[float, int, Update]] = []
@@ -574,7 +609,7 @@ class RayRuntime:
                     raise StartupInterrupted(signal.SIGTERM) from None
                 signals.rearm()
                 self._remote = ray.remote(num_cpus=1, max_restarts=0)(ActorWorker)
-                for w in range(population(cfg)):  # edge clients: one actor per client
+                for w in range(cfg.workers):  # edge clients too: a pool of actors
                     self._actors.append(_Actor(w, 0, None))
                     self._start(self._actors[-1])
                 self._await_startup()
@@ -587,29 +622,31 @@ class RayRuntime:
     # -- the Runtime protocol --
 
     def idle_workers(self) -> list[int]:
-        return [a.worker_id for a in self._actors if not a.busy]
+        busy = self._busy
+        return [w for w in range(self.pool.size) if w not in busy]
 
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
-        actor = self._actors[worker_id]
-        if actor.busy:
+        if worker_id in self._busy:
             raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
+        self._busy.add(worker_id)
+        extras = pack(snapshot.extras) if snapshot.extras else None
+        task = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
+        if not self.pool.persistent:  # an edge client: on the first free actor
+            self._waiting.append((task, worker_id))
+            self._assign_waiting()
+            return
         if self._latest is None or self._latest.version != snapshot.version:
-            extras = pack(snapshot.extras) if snapshot.extras else None
-            task = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
             self._latest = _Task(snapshot.version, dumps_message(task))
-        actor.busy = True
-        self._send_task(actor)
-        if self._faults.strike():
-            self.kill_worker(worker_id)
+        self._assign(self._actors[worker_id], self._latest.message)
 
     def next_update(self) -> Update:
         while not self._arrived:
-            if not any(a.busy for a in self._actors):
+            if not self._busy:
                 raise RuntimeError("no task in flight and none started: the scheduler stalled")
             for actor in self._handle_events():
                 self._restart(actor)
         _, _, update = heapq.heappop(self._arrived)
-        self._actors[update.worker_id].busy = False
+        self._busy.discard(update.worker_id)
         return update
 
     def settle(self) -> None:
@@ -667,9 +704,27 @@ class RayRuntime:
 
     # -- internals --
 
+    def _assign(self, actor: _Actor, message: bytes) -> None:
+        actor.message = message
+        actor.assigned = True
+        self._send_task(actor)
+        if self._faults.strike():
+            self.kill_worker(actor.worker_id)
+
+    def _assign_waiting(self) -> None:
+        """Edge clients: hand waiting tasks to the connected actors that have none."""
+        for actor in self._actors:
+            if not self._waiting:
+                return
+            if actor.conn is not None and not actor.assigned:
+                task, client = self._waiting.popleft()
+                self._assign(actor, dumps_message((*task, client)))
+
     def _start(self, actor: _Actor) -> None:
         """Create the actor; it warms up, then opens its end of the connection (async)."""
-        actor.handle = self._remote.remote(actor.worker_id, actor.incarnation, self.cfg, self.info)
+        actor.handle = self._remote.remote(
+            actor.worker_id, actor.incarnation, self.cfg, self.info, self.pool
+        )
         actor.starting = actor.handle.listen.remote(self._authkey)
         actor.started_at = time.monotonic()
 
@@ -710,8 +765,10 @@ class RayRuntime:
                 failed.append(actor)
                 continue
             self._selector.register(actor.conn, selectors.EVENT_READ, actor)
-            if actor.busy:  # a task that was lost with the previous incarnation, or queued
+            if actor.assigned:  # a task that was lost with the previous incarnation, or queued
                 self._send_task(actor)
+        if ready and not self.pool.persistent:
+            self._assign_waiting()
         for actor in starting.values():
             if actor.starting is not None and time.monotonic() - actor.started_at > (
                 STARTUP_TIMEOUT_S
@@ -725,9 +782,8 @@ class RayRuntime:
         actor.sent = False
         if actor.conn is None:
             return  # starting: the task goes out once it is connected
-        assert self._latest is not None
         try:
-            actor.conn.send_bytes(self._latest.message)
+            actor.conn.send_bytes(actor.message)
             actor.sent = True
         except OSError:
             pass  # it died: its connection reads as closed at the next wait, which restarts it
@@ -761,8 +817,10 @@ class RayRuntime:
         update.upload_s = received_at - finished_at  # transfer, and waiting for the driver
         heapq.heappush(self._arrived, (finished_at, self._sequence, update))
         self._sequence += 1
-        actor.sent = False
+        actor.sent = actor.assigned = False
         actor.failures = 0
+        if not self.pool.persistent:
+            self._assign_waiting()
 
     def _disconnect(self, actor: _Actor) -> None:
         if actor.conn is None:
@@ -788,7 +846,7 @@ class RayRuntime:
             reason = "raised: " + error.strip().splitlines()[-1]
         else:
             reason = "died" + (f" ({error.strip().splitlines()[-1]})" if error.strip() else "")
-        lost = actor.busy and actor.sent  # a task queued for a starting actor is no loss
+        lost = actor.assigned and actor.sent  # a task queued for a starting actor is no loss
         self._stop(actor)
         self.counters.restarts += 1
         self.counters.lost_updates += lost
@@ -799,4 +857,4 @@ class RayRuntime:
         actor.killed_on_purpose = False
         actor.last_error = ""
         actor.incarnation += 1
-        self._start(actor)  # a busy actor's task re-runs once the new one is connected
+        self._start(actor)  # an assigned actor's task re-runs once the new one is connected
