@@ -103,9 +103,7 @@ are created, so nothing is left in /dev/shm whatever happens.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import heapq
 import os
 import selectors
 import signal
@@ -128,13 +126,11 @@ from hybrid.core.global_model import GlobalModel, all_finite, build_global_model
 from hybrid.core.worker import Worker, build_model
 from hybrid.envs import EnvInfo
 from hybrid.nets import FlatParams
-from hybrid.protocol import ComputeGradient, Payload, Snapshot, Step, Task, Update
+from hybrid.protocol import Payload, Snapshot, Step, Task, Update
 from hybrid.runtimes._parallel import (
-    FaultCounters,
-    FaultInjector,
-    check_failures,
+    Executor,
+    Supervisor,
     dumps_message,
-    log_restart,
     pack,
     unpack,
     update_record,
@@ -281,32 +277,20 @@ def _worker_main(
 # --- the main process ------------------------------------------------------------------------
 
 
-@dataclass(eq=False)  # identity: a slot is one process
-class _Slot:
-    """One worker process as the main process sees it, across its incarnations: a persistent
-    worker's own, or one that runs whichever edge client's task it is given."""
+@dataclass(eq=False, kw_only=True)  # identity: a slot is one process
+class _Slot(Executor):
+    """A worker process: ``assigned`` is the task the loop dispatched to it (claimed)."""
 
-    worker_id: int
-    incarnation: int
     process: BaseProcess
     conn: Connection
     ready: bool = False
     """Warmed up and waiting for tasks."""
-    claimed: bool = False
-    """The loop dispatched this worker and waits for a result that has not come back."""
     sent: int = 0
     """Tasks started whose results have not come back: the claimed one and, running ahead
     (Hogwild!), the next one, which the worker starts the moment it sends a result."""
     claims: int = 0
     """Running ahead: of those, the ones the loop has claimed (a worker applies a task's
     update only once its claim arrives, so nothing the loop did not count reaches θ)."""
-    failures: int = 0
-    """Unexpected failures since the last finished task."""
-    task: tuple[Task, Any, float, int | None] = (ComputeGradient(), None, 0.0, None)
-    """The task to (re-)run: what to do, the snapshot's packed extras, the run's progress and
-    the edge client to build for it (None: the slot's own persistent worker)."""
-    killed_on_purpose: bool = False
-    last_error: str = ""
 
 
 def _stop_processes(processes: list[BaseProcess], grace_s: float) -> None:
@@ -324,7 +308,7 @@ def _stop_processes(processes: list[BaseProcess], grace_s: float) -> None:
             process.join()
 
 
-class ProcessRuntime:
+class ProcessRuntime(Supervisor):
     """Workers in spawned processes; θ in shared memory; real wall-clock time."""
 
     def __init__(
@@ -339,15 +323,10 @@ class ProcessRuntime:
         ``pool``: who the workers are (default: ``make_pool``); with edge clients, K clients
         share the ``workers`` processes."""
         warn_if_oversubscribed(cfg.workers, "processes")
-        self.cfg, self.info = cfg, info
-        self.pool = pool if pool is not None else make_pool(cfg, info)
+        super().__init__(cfg, pool if pool is not None else make_pool(cfg, info), time.monotonic)
+        self.info = info
         if hogwild is not None and not self.pool.persistent:
             raise ValueError("Hogwild! runs persistent workers: a process runs one worker")
-        self._busy: set[int] = set()
-        """Worker ids dispatched whose update is not yet handed to the loop (the scheduler's
-        view): slot indices for persistent workers, client ids for edge clients."""
-        self._waiting: collections.deque[tuple[Task, Any, float, int | None]] = collections.deque()
-        """Edge-client tasks dispatched while every process was busy, first come first run."""
         self._ctx = mp.get_context("spawn")  # fork would copy the parent's threads and locks
         numel = FlatParams(build_model(cfg, info)).numel
         self._shared_model: dict[str, torch.Tensor] | None = None
@@ -368,22 +347,18 @@ class ProcessRuntime:
         self._grad_slots = list(self._grads)  # views made once: indexing costs µs per update
         self._applied = torch.zeros(cfg.workers, dtype=torch.int64).share_memory_()
         self._published: int | None = None
-        self._arrived: list[tuple[float, int, Update]] = []
-        self._sequence = 0
-        self._faults = FaultInjector(cfg.inject_worker_faults, cfg.seed)
-        self.counters = FaultCounters()
         self.torn_reads = 0
         self._closed = False
-        self._origin = time.monotonic()  # reset once the workers are warm: the run begins
         # The finalizer holds this list, not self, so an abandoned runtime is still cleaned up.
         self._processes: list[BaseProcess] = []
         self._finalizer = weakref.finalize(self, _stop_processes, self._processes, 0.0)
-        self._slots: list[_Slot] = []
+        self.executors: list[_Slot] = []
+        self._slots = self.executors
         self._selector = selectors.DefaultSelector()
         try:
             for w in range(cfg.workers):
-                process, conn = self._spawn(w, 0)
-                self._slots.append(_Slot(w, 0, process, conn))
+                process, conn = self._start_process(w, 0)
+                self._slots.append(_Slot(worker_id=w, process=process, conn=conn))
                 self._watch(self._slots[-1])
             self._await_startup()
         except BaseException:
@@ -392,34 +367,6 @@ class ProcessRuntime:
         self._origin = time.monotonic()
 
     # -- the Runtime protocol --
-
-    def idle_workers(self) -> list[int]:
-        busy = self._busy
-        return [w for w in range(self.pool.size) if w not in busy]
-
-    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
-        if worker_id in self._busy:
-            raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
-        self._publish(snapshot)
-        extras = pack(snapshot.extras) if snapshot.extras else None
-        self._busy.add(worker_id)
-        if self.pool.persistent:
-            self._assign(self._slots[worker_id], (snapshot.task, extras, snapshot.progress, None))
-        else:  # an edge client: on the first free process, or when one frees up
-            self._waiting.append((snapshot.task, extras, snapshot.progress, worker_id))
-            self._assign_waiting()
-
-    def next_update(self) -> Update:
-        while not self._arrived:
-            if not self._busy:
-                raise RuntimeError("no task in flight and none started: the scheduler stalled")
-            self._pump()
-        _, _, update = heapq.heappop(self._arrived)
-        self._busy.discard(update.worker_id)
-        return update
-
-    def virtual_time(self) -> float | None:
-        return None
 
     def settle(self) -> None:
         """Under Hogwild!: tell workers to stop writing θ and wait for the tasks in flight.
@@ -434,9 +381,9 @@ class ProcessRuntime:
         self._meta_np[HALT] = 1
         self._run_ahead = False
         for slot in self._slots:
-            slot.claimed = False  # nobody will take these results: send nothing more
+            slot.assigned = False  # nobody will take these results: send nothing more
             for _ in range(slot.sent - slot.claims):  # a task started ahead: discard it
-                self._send(slot, ("claim", None, None))
+                self._write(slot, ("claim", None, None))
             slot.claims = slot.sent
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while any(s.sent for s in self._slots) and (left := deadline - time.monotonic()) > 0:
@@ -445,8 +392,8 @@ class ProcessRuntime:
 
     def metrics(self) -> dict[str, float]:
         if self._shared_model is not None:  # under Hogwild! every read may be torn: not counted
-            return self.counters.as_metrics()
-        return self.counters.as_metrics() | {"sched/torn_reads": self.torn_reads}
+            return super().metrics()
+        return super().metrics() | {"sched/torn_reads": self.torn_reads}
 
     def close(self) -> None:
         if self._closed:
@@ -464,48 +411,46 @@ class ProcessRuntime:
     # -- checkpoints --
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs from us: the counters and every worker's incarnation.
-
-        Tasks in flight are not saved: after a resume every worker is idle, and the
-        scheduler starts again what its state says is missing (a sync round's pending
-        workers, for one).
-        """
-        return {
-            "incarnations": [s.incarnation for s in self._slots],
-            "restarts": self.counters.restarts,
-            "lost_updates": self.counters.lost_updates,
-            "torn_reads": self.torn_reads,
-        }
+        """The supervisor's (counters, incarnations) and the torn reads."""
+        return super().state_dict() | {"torn_reads": self.torn_reads}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the counters; replace every worker by its next incarnation.
-
-        The workers started by ``__init__`` would replay the seed streams the first
-        segment of the run already used; their successors draw fresh ones.
-        """
-        self.counters = FaultCounters(int(state["restarts"]), int(state["lost_updates"]))
         self.torn_reads = int(state["torn_reads"])
-        for slot, incarnation in zip(self._slots, state["incarnations"], strict=True):
-            self._stop(slot)
-            self._respawn(slot, int(incarnation) + 1)
-        self._await_startup()
-        self._origin = time.monotonic()
-
-    # -- fault tests --
-
-    def kill_worker(self, worker_id: int) -> None:
-        """SIGKILL a worker's process now (fault injection); it is restarted when noticed."""
-        slot = self._slots[worker_id]
-        slot.killed_on_purpose = True
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(slot.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        super().load_state_dict(state)
 
     def worker_pids(self) -> list[int]:
         return [s.process.pid for s in self._slots]  # type: ignore[misc]
 
     # -- internals --
 
-    def _spawn(self, worker_id: int, incarnation: int) -> tuple[BaseProcess, Connection]:
+    # -- the backend: spawn, send, poll --
+
+    def _prepare(self, snapshot: Snapshot) -> tuple[Task, Any, float]:
+        self._publish(snapshot)  # θ goes through shared memory, the rest through the pipe
+        extras = pack(snapshot.extras) if snapshot.extras else None
+        return (snapshot.task, extras, snapshot.progress)
+
+    def _task_for(
+        self, prepared: tuple[Task, Any, float], client: int | None
+    ) -> tuple[Task, Any, float, int | None]:
+        return (*prepared, client)
+
+    def _free(self, slot: _Slot) -> bool:
+        return slot.ready
+
+    def _lost(self, slot: _Slot) -> bool:
+        return slot.assigned and slot.sent > 0  # a run-ahead task nobody asked for is no loss
+
+    def _died(self, slot: _Slot) -> str:
+        if slot.last_error:
+            return "raised: " + slot.last_error.strip().splitlines()[-1]
+        return f"died (exit code {slot.process.exitcode})"
+
+    def _kill(self, slot: _Slot) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(slot.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+
+    def _start_process(self, worker_id: int, incarnation: int) -> tuple[BaseProcess, Connection]:
         ours, theirs = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
             target=_worker_main,
@@ -558,22 +503,7 @@ class ProcessRuntime:
         meta[SEQ] += 1
         self._published = snapshot.version
 
-    def _assign(self, slot: _Slot, task: tuple[Task, Any, float, int | None]) -> None:
-        slot.task = task
-        slot.claimed = True
-        self._top_up(slot)
-        if self._faults.strike():
-            self.kill_worker(slot.worker_id)
-
-    def _assign_waiting(self) -> None:
-        """Edge clients: hand waiting tasks to the processes that are free (warm, unclaimed)."""
-        for slot in self._slots:
-            if not self._waiting:
-                return
-            if slot.ready and not slot.claimed:
-                self._assign(slot, self._waiting.popleft())
-
-    def _top_up(self, slot: _Slot) -> None:
+    def _send(self, slot: _Slot) -> None:
         """Send what the worker needs: the claimed task if it has not started it; running
         ahead, that task's claim and the start of the next one.
 
@@ -584,18 +514,18 @@ class ProcessRuntime:
         """
         if not slot.ready:
             return
-        if slot.claimed and slot.sent == slot.claims:  # the claimed task has not started
-            self._send(slot, ("task", *slot.task))
+        if slot.assigned and slot.sent == slot.claims:  # the claimed task has not started
+            self._write(slot, ("task", *slot.task))
             slot.sent += 1
         # At most one claim is outstanding: the loop has one task of a worker in hand.
-        if self._run_ahead and slot.claimed and slot.claims == 0 and slot.sent > 0:
+        if self._run_ahead and slot.assigned and slot.claims == 0 and slot.sent > 0:
             # the run's progress now (the learning rate), and the next task
-            self._send(slot, ("claim", slot.task[2], ("task", *slot.task)))
+            self._write(slot, ("claim", slot.task[2], ("task", *slot.task)))
             slot.claims += 1
             slot.sent += 1
 
     @staticmethod
-    def _send(slot: _Slot, message: Any) -> None:
+    def _write(slot: _Slot, message: Any) -> None:
         # A worker that died since we last looked breaks the pipe; its sentinel will wake
         # the next wait, which restarts it and re-runs the claimed task.
         with contextlib.suppress(OSError):
@@ -612,9 +542,8 @@ class ProcessRuntime:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(fileobj)
 
-    def _pump(self) -> None:
-        for slot in self._handle_events(None):
-            self._restart(slot)
+    def _poll(self) -> list[_Slot]:
+        return self._handle_events(None)
 
     def _handle_events(self, timeout: float | None) -> list[_Slot]:
         """Wait for messages or exits and handle them; return the workers that failed.
@@ -652,7 +581,7 @@ class ProcessRuntime:
             return False
         if kind == "ready":
             slot.ready = True
-            self._top_up(slot)
+            self._send(slot)
             if not self.pool.persistent:
                 self._assign_waiting()
         elif kind == "result":
@@ -680,13 +609,7 @@ class ProcessRuntime:
         self.torn_reads += bool(torn)
         slot.sent -= 1
         slot.claims = max(slot.claims - 1, 0)  # running ahead, every result had its claim
-        slot.failures = 0
-        if slot.claimed:
-            slot.claimed = False
-            heapq.heappush(self._arrived, (finished_at, self._sequence, update))
-            self._sequence += 1
-            if not self.pool.persistent:
-                self._assign_waiting()
+        self._deliver(slot, update, finished_at)
 
     def _stop(self, slot: _Slot) -> None:
         process = slot.process
@@ -697,28 +620,8 @@ class ProcessRuntime:
         slot.conn.close()
         self._processes.remove(process)
 
-    def _respawn(self, slot: _Slot, incarnation: int) -> None:
-        slot.ready = slot.killed_on_purpose = False
+    def _spawn(self, slot: _Slot) -> None:
+        slot.ready = False
         slot.sent = slot.claims = 0
-        slot.last_error = ""
-        slot.incarnation = incarnation
-        slot.process, slot.conn = self._spawn(slot.worker_id, incarnation)
-        self._watch(slot)
-
-    def _restart(self, slot: _Slot) -> None:
-        process = slot.process
-        self._stop(slot)
-        if slot.killed_on_purpose:
-            reason = "was killed on purpose"
-        elif slot.last_error:
-            reason = "raised: " + slot.last_error.strip().splitlines()[-1]
-        else:
-            reason = f"died (exit code {process.exitcode})"
-        lost = slot.claimed and slot.sent > 0  # a run-ahead task nobody asked for is no loss
-        self.counters.restarts += 1
-        self.counters.lost_updates += lost
-        log_restart(slot.worker_id, slot.incarnation, reason, lost)
-        if not slot.killed_on_purpose:
-            slot.failures += 1
-            check_failures(slot.worker_id, slot.failures, slot.last_error)
-        self._respawn(slot, slot.incarnation + 1)  # a claimed task re-runs once it is ready
+        slot.process, slot.conn = self._start_process(slot.worker_id, slot.incarnation)
+        self._watch(slot)  # a claimed task re-runs once it is ready

@@ -63,9 +63,7 @@ a ``sync`` round or a ``bounded`` wait never waits on a dead worker.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import heapq
 import logging
 import os
 import secrets
@@ -95,11 +93,9 @@ from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.protocol import ComputeGradient, Snapshot, Task, Update
 from hybrid.runtimes._parallel import (
-    FaultCounters,
-    FaultInjector,
-    check_failures,
+    Executor,
+    Supervisor,
     dumps_message,
-    log_restart,
     pack,
     payload_tensor,
     physical_cores,
@@ -540,39 +536,31 @@ def _short_tmp() -> str | None:
 
 @dataclass
 class _Task:
-    """The freshest dispatched snapshot, pickled once (a sync round's N tasks share it)."""
+    """A dispatched snapshot as it travels: θ as numpy, the version, the task, its extras;
+    pickled once for persistent workers (a sync round's N tasks share it)."""
 
     version: int
-    message: bytes
+    fields: tuple[Any, ...]
+    message: bytes = b""
 
 
-@dataclass(eq=False)  # identity: one actor
-class _Actor:
-    """One actor as the driver sees it, across its incarnations: a persistent worker's own,
-    or one that runs whichever edge client's task it is given."""
+@dataclass(eq=False, kw_only=True)  # identity: one actor
+class _Actor(Executor):
+    """An actor: ``task`` is the pickled message of its assigned task."""
 
-    worker_id: int
-    incarnation: int
-    handle: Any
+    handle: Any = None
     starting: Any = None
     """The ObjectRef of ``listen`` while the actor starts; None once connected."""
     serving: Any = None
     """The ObjectRef of ``serve``: kept so that Ray keeps the call's result."""
     conn: Connection | None = None
     pid: int = 0
-    assigned: bool = False
-    """It has a task whose result has not come back (it re-runs on a replacement)."""
-    message: bytes = b""
-    """That task, pickled: what goes on the connection."""
     sent: bool = False
     """The assigned task went out on the current connection (else it goes once connected)."""
-    failures: int = 0
-    killed_on_purpose: bool = False
-    last_error: str = ""
     started_at: float = 0.0
 
 
-class RayRuntime:
+class RayRuntime(Supervisor):
     """Workers as Ray actors; real wall-clock time; earliest completion first."""
 
     def __init__(self, cfg: TrainConfig, info: EnvInfo, pool: WorkerPool | None = None) -> None:
@@ -580,22 +568,14 @@ class RayRuntime:
         clients share ``workers`` actors."""
         if not cfg.ray_address:
             warn_if_oversubscribed(cfg.workers, "ray")
-        self.cfg, self.info = cfg, info
-        self.pool = pool if pool is not None else make_pool(cfg, info)
-        self._busy: set[int] = set()
-        """Worker ids dispatched whose update is not yet handed to the loop (the scheduler's
-        view): actor indices for persistent workers, client ids for edge clients."""
-        self._waiting: collections.deque[tuple[tuple[Any, ...], int]] = collections.deque()
-        """Edge-client tasks (snapshot message, client) waiting for a free actor."""
+        super().__init__(cfg, pool if pool is not None else make_pool(cfg, info), time.time)
+        self.info = info
         self._session: RaySession | None = None
         self._selector = selectors.DefaultSelector()
-        self._arrived: list[tuple[float, int, Update]] = []
-        self._sequence = 0
         self._latest: _Task | None = None
-        self._faults = FaultInjector(cfg.inject_worker_faults, cfg.seed)
-        self.counters = FaultCounters()
         self._closed = False
-        self._actors: list[_Actor] = []
+        self.executors: list[_Actor] = []
+        self._actors = self.executors
         self._authkey = secrets.token_bytes(32)
         # Until the actors are up, SIGINT/SIGTERM end the start-up here, with Ray shut down
         # whole (ray.init answers SIGTERM with sys.exit(15) and leaves its agents running).
@@ -610,8 +590,8 @@ class RayRuntime:
                 signals.rearm()
                 self._remote = ray.remote(num_cpus=1, max_restarts=0)(ActorWorker)
                 for w in range(cfg.workers):  # edge clients too: a pool of actors
-                    self._actors.append(_Actor(w, 0, None))
-                    self._start(self._actors[-1])
+                    self._actors.append(_Actor(worker_id=w))
+                    self._spawn(self._actors[-1])
                 self._await_startup()
             except BaseException:
                 signals.fired = True  # a second signal must not cut the clean-up short
@@ -621,42 +601,8 @@ class RayRuntime:
 
     # -- the Runtime protocol --
 
-    def idle_workers(self) -> list[int]:
-        busy = self._busy
-        return [w for w in range(self.pool.size) if w not in busy]
-
-    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
-        if worker_id in self._busy:
-            raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
-        self._busy.add(worker_id)
-        extras = pack(snapshot.extras) if snapshot.extras else None
-        task = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
-        if not self.pool.persistent:  # an edge client: on the first free actor
-            self._waiting.append((task, worker_id))
-            self._assign_waiting()
-            return
-        if self._latest is None or self._latest.version != snapshot.version:
-            self._latest = _Task(snapshot.version, dumps_message(task))
-        self._assign(self._actors[worker_id], self._latest.message)
-
-    def next_update(self) -> Update:
-        while not self._arrived:
-            if not self._busy:
-                raise RuntimeError("no task in flight and none started: the scheduler stalled")
-            for actor in self._handle_events():
-                self._restart(actor)
-        _, _, update = heapq.heappop(self._arrived)
-        self._busy.discard(update.worker_id)
-        return update
-
     def settle(self) -> None:
         pass  # only the main process writes the global model
-
-    def virtual_time(self) -> float | None:
-        return None
-
-    def metrics(self) -> dict[str, float]:
-        return self.counters.as_metrics()
 
     def close(self) -> None:
         if self._closed:
@@ -670,57 +616,47 @@ class RayRuntime:
         if self._session is not None:  # ours to stop (a notebook's own Ray is left running)
             self._session.close()
 
-    # -- checkpoints --
-
-    def state_dict(self) -> dict[str, Any]:
-        """The counters and every actor's incarnation (tasks in flight re-run on resume)."""
-        return {
-            "incarnations": [a.incarnation for a in self._actors],
-            "restarts": self.counters.restarts,
-            "lost_updates": self.counters.lost_updates,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the counters; replace every actor by its next incarnation (fresh seeds)."""
-        self.counters = FaultCounters(int(state["restarts"]), int(state["lost_updates"]))
-        for actor, incarnation in zip(self._actors, state["incarnations"], strict=True):
-            self._stop(actor)
-            actor.incarnation = int(incarnation) + 1
-            self._start(actor)
-        self._await_startup()
-        self._origin = time.time()
-
-    # -- fault tests --
-
-    def kill_worker(self, worker_id: int) -> None:
-        """Kill a worker's actor now (fault injection); it is restarted when noticed."""
-        actor = self._actors[worker_id]
-        actor.killed_on_purpose = True
-        ray.kill(actor.handle, no_restart=True)
-
     def worker_pids(self) -> list[int]:
         """Each actor's process id, as it reported when it connected (0 while starting)."""
         return [a.pid for a in self._actors]
 
     # -- internals --
 
-    def _assign(self, actor: _Actor, message: bytes) -> None:
-        actor.message = message
-        actor.assigned = True
-        self._send_task(actor)
-        if self._faults.strike():
-            self.kill_worker(actor.worker_id)
+    # -- the backend: spawn, send, poll --
 
-    def _assign_waiting(self) -> None:
-        """Edge clients: hand waiting tasks to the connected actors that have none."""
-        for actor in self._actors:
-            if not self._waiting:
-                return
-            if actor.conn is not None and not actor.assigned:
-                task, client = self._waiting.popleft()
-                self._assign(actor, dumps_message((*task, client)))
+    def _prepare(self, snapshot: Snapshot) -> _Task:
+        if self._latest is None or self._latest.version != snapshot.version:
+            extras = pack(snapshot.extras) if snapshot.extras else None
+            fields = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
+            self._latest = _Task(snapshot.version, fields)
+        return self._latest
 
-    def _start(self, actor: _Actor) -> None:
+    def _task_for(self, prepared: _Task, client: int | None) -> bytes:
+        if client is not None:  # the edge client to build for it travels with the task
+            return dumps_message((*prepared.fields, client))
+        if not prepared.message:
+            prepared.message = dumps_message(prepared.fields)
+        return prepared.message
+
+    def _free(self, actor: _Actor) -> bool:
+        return actor.conn is not None
+
+    def _lost(self, actor: _Actor) -> bool:
+        return actor.assigned and actor.sent  # a task queued for a starting actor is no loss
+
+    def _died(self, actor: _Actor) -> str:
+        error = actor.last_error.strip()
+        if error.startswith("Traceback"):
+            return "raised: " + error.splitlines()[-1]
+        return "died" + (f" ({error.splitlines()[-1]})" if error else "")
+
+    def _kill(self, actor: _Actor) -> None:
+        ray.kill(actor.handle, no_restart=True)
+
+    def _poll(self) -> list[_Actor]:
+        return self._handle_events()
+
+    def _spawn(self, actor: _Actor) -> None:
         """Create the actor; it warms up, then opens its end of the connection (async)."""
         actor.handle = self._remote.remote(
             actor.worker_id, actor.incarnation, self.cfg, self.info, self.pool
@@ -766,7 +702,7 @@ class RayRuntime:
                 continue
             self._selector.register(actor.conn, selectors.EVENT_READ, actor)
             if actor.assigned:  # a task that was lost with the previous incarnation, or queued
-                self._send_task(actor)
+                self._send(actor)
         if ready and not self.pool.persistent:
             self._assign_waiting()
         for actor in starting.values():
@@ -778,12 +714,12 @@ class RayRuntime:
                 )
         return failed
 
-    def _send_task(self, actor: _Actor) -> None:
+    def _send(self, actor: _Actor) -> None:
         actor.sent = False
         if actor.conn is None:
             return  # starting: the task goes out once it is connected
         try:
-            actor.conn.send_bytes(actor.message)
+            actor.conn.send_bytes(actor.task)
             actor.sent = True
         except OSError:
             pass  # it died: its connection reads as closed at the next wait, which restarts it
@@ -815,12 +751,8 @@ class RayRuntime:
         update.started_s = started_at - self._origin
         update.cost_s = received_at - started_at
         update.upload_s = received_at - finished_at  # transfer, and waiting for the driver
-        heapq.heappush(self._arrived, (finished_at, self._sequence, update))
-        self._sequence += 1
-        actor.sent = actor.assigned = False
-        actor.failures = 0
-        if not self.pool.persistent:
-            self._assign_waiting()
+        actor.sent = False
+        self._deliver(actor, update, finished_at)
 
     def _disconnect(self, actor: _Actor) -> None:
         if actor.conn is None:
@@ -837,24 +769,3 @@ class RayRuntime:
         actor.starting = actor.serving = None
         with contextlib.suppress(Exception):
             ray.kill(actor.handle, no_restart=True)
-
-    def _restart(self, actor: _Actor) -> None:
-        error = actor.last_error
-        if actor.killed_on_purpose:
-            reason = "was killed on purpose"
-        elif error.strip().startswith("Traceback"):
-            reason = "raised: " + error.strip().splitlines()[-1]
-        else:
-            reason = "died" + (f" ({error.strip().splitlines()[-1]})" if error.strip() else "")
-        lost = actor.assigned and actor.sent  # a task queued for a starting actor is no loss
-        self._stop(actor)
-        self.counters.restarts += 1
-        self.counters.lost_updates += lost
-        log_restart(actor.worker_id, actor.incarnation, reason, lost)
-        if not actor.killed_on_purpose:
-            actor.failures += 1
-            check_failures(actor.worker_id, actor.failures, error)
-        actor.killed_on_purpose = False
-        actor.last_error = ""
-        actor.incarnation += 1
-        self._start(actor)  # an assigned actor's task re-runs once the new one is connected
