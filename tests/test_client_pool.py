@@ -108,13 +108,13 @@ def test_ten_thousand_clients_on_ray_make_at_most_workers_actors(tmp_path, monke
     from hybrid.runtimes.ray import RayRuntime
 
     created: list[int] = []
-    start = RayRuntime._start
+    spawn = RayRuntime._spawn
 
     def counted(self, actor):
         created.append(actor.worker_id)
-        start(self, actor)
+        spawn(self, actor)
 
-    monkeypatch.setattr(RayRuntime, "_start", counted)
+    monkeypatch.setattr(RayRuntime, "_spawn", counted)
     result = hybrid.train(_fedavg(10_000, tmp_path / "run", runtime="ray", total_env_steps=100))
     rounds = _clients_per_round(result)
     assert result.summary["updates"] >= 2 and len(rounds) == result.summary["updates"]

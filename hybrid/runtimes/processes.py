@@ -180,7 +180,7 @@ def _worker_main(
     worker_id: int,
     incarnation: int,
     cfg: TrainConfig,
-    pool: WorkerPool,
+    info: EnvInfo,
     conn: Connection,
     theta: torch.Tensor,
     meta: torch.Tensor,
@@ -188,13 +188,17 @@ def _worker_main(
     applied: torch.Tensor,
     consistent: bool,
     shared_model: dict[str, torch.Tensor] | None,
+    pool: WorkerPool | None = None,
 ) -> None:
+    """One worker process: its persistent worker, or (an on-demand ``pool``) the edge clients
+    whose tasks it is sent."""
     # Ctrl-C reaches the whole foreground process group; stopping us is the main
     # process's job (close()), and a worker dying mid-send would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing from more
     worker: Worker | None = None
     try:
+        pool = pool if pool is not None else make_pool(cfg, info)
         if pool.persistent:
             worker = pool.build(worker_id, incarnation)
         # Hogwild!: this process steps the global model itself, through the shared θ and
@@ -219,7 +223,9 @@ def _worker_main(
         message = conn.recv()
         while message is not None:
             started_at = time.monotonic()  # a system-wide clock: comparable across processes
-            _, task, extras, progress, client_id = message
+            # ("task", task, extras, progress[, client]): no client for the own worker
+            _, task, extras, progress = message[:4]
+            client_id = message[4] if len(message) > 4 else None
             if hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
                 # counted before the copy: an apply landing during it counts as stale
@@ -459,7 +465,7 @@ class ProcessRuntime(Supervisor):
                 worker_id,
                 incarnation,
                 self.cfg,
-                self.pool,
+                self.info,
                 theirs,
                 self._theta,
                 self._meta,
@@ -467,6 +473,7 @@ class ProcessRuntime(Supervisor):
                 self._applied,
                 not self.cfg.lock_free,
                 self._shared_model,
+                self.pool,
             ),
             daemon=True,  # multiprocessing's own atexit hook ends daemonic children too
         )
