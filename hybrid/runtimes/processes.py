@@ -89,6 +89,15 @@ seed stream. Its in-flight update is lost; the task itself is re-run on the new
 incarnation from the current θ, so to the scheduler a fault is only a slow task:
 a ``sync`` round still completes with all N updates and a ``bounded`` clock still
 advances. ``kill_worker(i)`` and ``inject_worker_faults`` SIGKILL a worker on purpose.
+This bookkeeping (busy ids, restarts, counters, checkpoints, result order) is the
+``Supervisor``'s in ``_parallel.py``, shared with the ray runtime; this module supplies
+the transport: spawning a process, sending on its pipe, polling pipes and sentinels.
+
+Edge clients
+------------
+With ``clients`` the K clients share the ``workers`` processes (``hybrid.runtimes.pool``):
+a dispatched client waits until a process is free, which builds the client for that task
+from (client id, version) and releases it, exactly as the serial runtime does.
 
 Shutdown
 --------
