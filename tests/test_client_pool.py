@@ -120,3 +120,14 @@ def test_ten_thousand_clients_on_ray_make_at_most_workers_actors(tmp_path, monke
     assert result.summary["updates"] >= 2 and len(rounds) == result.summary["updates"]
     assert len(set().union(*rounds.values())) > 2  # more clients took part than actors exist
     assert 0 < len(created) <= 2  # the workers' actors, not one per client
+
+
+def test_killed_processes_rerun_their_clients_tasks_unchanged(serial_thousand, tmp_path):
+    """A process killed with a client's task under way is replaced and the task re-runs
+    from the same (client, version) seeds: the run ends where the fault-free one does."""
+    result = hybrid.train(
+        _fedavg(1000, tmp_path / "run", runtime="processes", inject_worker_faults=0.3)
+    )
+    assert result.metrics("train")[-1]["sched/worker_restarts"] > 0
+    assert _clients_per_round(result) == _clients_per_round(serial_thousand)
+    torch.testing.assert_close(result.params, serial_thousand.params, rtol=0, atol=1e-5)
