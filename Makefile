@@ -13,7 +13,7 @@ TORCH ?= $(if $(HAS_GPU),torch==2.13.0,torch==2.13.0+cpu)
 TORCH_INDEX ?=
 EXTRAS ?= dev
 
-.PHONY: setup demo test wheel-smoke lint bench clean
+.PHONY: setup demo test wheel-smoke docs lint bench clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: setup
 wheel-smoke: setup
 	PYTHON=$(abspath $(BIN))/python TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" bash .ci/wheel_smoke.sh
 
+# The documentation site into site/; --strict: a broken link, a missing reference or a
+# docstring that does not render fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
@@ -42,4 +47,4 @@ bench: setup
 	$(BIN)/python benchmarks/cartpole.py
 
 clean:
-	rm -rf $(VENV) runs wandb .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs wandb .pytest_cache .ruff_cache site .cache

@@ -34,7 +34,7 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
-from federated.clients import clients_per_round  # noqa: E402
+from hybrid.clients import clients_per_round  # noqa: E402
 
 CLIENTS = 20
 LOCAL = dict(local_steps=20, rollout_steps=10, envs_per_worker=1)

@@ -2,7 +2,7 @@
 
     python benchmarks/scaling.py [--workers 1 2] [--runtimes serial processes ray]
                                  [--schedulers async sync] [--steps 30000] [--repeats 3]
-                                 [--solve-seeds 0 1 2]
+                                 [--solve-seeds 0 1 2] [--ray-address HOST:PORT|auto]
 
 Part 1: env steps per second of training wall time (evaluation and worker start-up
 excluded, as in summary.json), median (and range) of ``--repeats`` fixed-budget runs
@@ -24,6 +24,10 @@ the ceiling itself stays well below k×.
 
 Part 2: wall time to solve CartPole-v1 with processes/async against serial/async
 (same workers, the largest of ``--workers``), median over seeds.
+
+``--ray-address`` runs the ray cells on a running cluster (``ray start``; see README, "On a
+cluster") instead of a local Ray: the workers then spread over its nodes, and "vs processes"
+compares the cluster with this one machine.
 
 Prints Markdown. Nothing here asserts on time: other jobs on the machine, thermal
 limits and the core count all move these figures. On a 16-core machine run
@@ -69,18 +73,19 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def ray_session(runtime: str, workers: int) -> Iterator[None]:
-    """One local Ray for all of its cells (started as the runtime starts it), down after them.
+def ray_session(runtime: str, workers: int, address: str = "") -> Iterator[None]:
+    """One Ray for all of its cells (started or joined as the runtime would), down after them.
 
     Starting Ray takes ~5 s per run; its daemons are stopped before other runtimes run,
-    so that they do not take CPU from them.
+    so that they do not take CPU from them. With ``address`` the cells join that cluster.
     """
     if runtime != "ray":
         yield
         return
     from hybrid.runtimes.ray import connect
 
-    session = connect(TrainConfig(workers=workers))  # None: a Ray we did not start
+    cfg = TrainConfig(runtime="ray", workers=workers, ray_address=address)
+    session = connect(cfg)  # None: a Ray we did not start
     try:
         yield
     finally:
@@ -101,7 +106,7 @@ def throughput(args: argparse.Namespace, tmp: Path) -> dict[Cell, list[float]]:
     rates: dict[Cell, list[float]] = {}
     for repeat in range(args.repeats):
         for runtime in args.runtimes:
-            with ray_session(runtime, max(args.workers)):
+            with ray_session(runtime, max(args.workers), args.ray_address):
                 for scheduler in args.schedulers:
                     for workers in args.workers:
                         cfg = base_config(args).replace(
@@ -116,6 +121,8 @@ def throughput(args: argparse.Namespace, tmp: Path) -> dict[Cell, list[float]]:
                             eval_episodes=1,
                             out=str(tmp / f"{runtime}-{scheduler}-{workers}-{repeat}"),
                         )
+                        if runtime == "ray":
+                            cfg = cfg.replace(ray_address=args.ray_address)
                         rate = run(cfg)["env_steps_per_s"]
                         rates.setdefault((runtime, scheduler, workers), []).append(rate)
                         print(
@@ -226,6 +233,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--rollout-steps", type=int, default=TrainConfig.rollout_steps, help="task size"
+    )
+    parser.add_argument(
+        "--ray-address",
+        default="",
+        metavar="ADDR",
+        help="run the ray cells on this running cluster (host:port or auto); default a local Ray",
     )
     parser.add_argument(
         "--ceiling",

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from federated.clients import EVAL_STREAM, FEDERATED, make_profiles, set_physics
-from hybrid.config import TrainConfig
+from hybrid.clients import EVAL_STREAM, FEDERATED, make_profiles, set_physics
 from hybrid.core.worker import build_model
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
 from hybrid.seeding import int_seed, stream
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 CHUNK = 64
 """Clients evaluated together in one vector env: bounds memory for any sample size."""

@@ -1,6 +1,8 @@
 """hybrid: update schedulers for deep RL on one worker / global-model core.
 
 ``hybrid.train(TrainConfig(...)) -> Result`` is the one entry point; the CLI wraps it.
+``hybrid.load_runs`` and ``hybrid.compare`` read run directories back as pandas
+DataFrames and as a seed-aggregated comparison (IQM with bootstrap CIs, figures).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from hybrid.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
+    from hybrid.analysis import Comparison, compare, load_runs
     from hybrid.core.loop import Result, train
     from hybrid.protocol import (
         CollectExperience,
@@ -37,6 +40,7 @@ _PROTOCOL = (
 __all__ = [
     "Callback",
     "CollectExperience",
+    "Comparison",
     "ComputeGradient",
     "ConfigError",
     "Payload",
@@ -48,6 +52,8 @@ __all__ = [
     "TrainLocally",
     "Update",
     "Verdict",
+    "compare",
+    "load_runs",
     "register_scheduler",
     "train",
 ]
@@ -60,6 +66,10 @@ def __getattr__(name: str) -> Any:
         from hybrid.core import loop
 
         return getattr(loop, name)
+    if name in ("compare", "load_runs", "Comparison"):
+        from hybrid import analysis
+
+        return getattr(analysis, name)
     if name == "Callback":
         from hybrid import tracking
 

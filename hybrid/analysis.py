@@ -1,21 +1,28 @@
 """Compare groups of training runs: robust aggregates, learning curves, tables and figures.
 
-A run directory, as written by the trainer, holds ``config.json`` (flat config),
-``metrics.jsonl`` (append-only rows tagged by ``kind``) and, once the run finished,
-``summary.json``. :func:`compare` groups finished runs by config fields and writes
-figures (PNG + PDF), a Markdown table, a booktabs LaTeX table and ``results.json``.
+A run directory, as written by the trainer, holds ``config.json`` (flat config), ``metrics.jsonl``
+(append-only rows tagged by ``kind``) and, once the run finished, ``summary.json``.
+[`compare`][hybrid.analysis.compare] groups finished runs by config fields and returns a
+[`Comparison`][hybrid.analysis.Comparison]: the table as a pandas DataFrame, the IQM/CIs, the
+figures (drawn on first use) and [`Comparison.save`][hybrid.analysis.Comparison.save], which writes
+figures (PNG + PDF), a Markdown table, a booktabs LaTeX table and ``results.json`` (what ``hybrid
+compare`` writes). [`load_runs`][hybrid.analysis.load_runs] and [`frame`][hybrid.analysis.frame]
+read run directories into DataFrames, one row per logged row with the config fields as columns (see
+[`FRAME_KINDS`][hybrid.analysis.FRAME_KINDS]).
 
 Aggregates follow Agarwal et al. (NeurIPS 2021): IQM and mean with stratified-bootstrap
-CIs, probability of improvement, performance profiles (see :mod:`hybrid.stats`, written
+CIs, probability of improvement, performance profiles (see [`hybrid.stats`][hybrid.stats], written
 over numpy/scipy rather than ``rliable``, whose ``arch`` dependency breaks with pandas 3).
 
-matplotlib is imported only when figures are drawn, and figures are built as
+matplotlib is imported only when figures are drawn and pandas only when a DataFrame is
+asked for, so a run's start-up imports neither. Figures are built as
 ``matplotlib.figure.Figure`` objects, so no global backend is set and notebooks keep theirs.
 """
 
 from __future__ import annotations
 
 import difflib
+import glob
 import json
 import math
 import warnings
@@ -32,9 +39,11 @@ from hybrid.stats import iqm as _iqm
 from hybrid.stats import probability_of_improvement as _poi
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
 
 __all__ = [
+    "FRAME_KINDS",
     "SHORT_NAMES",
     "AnalysisWarning",
     "CompareError",
@@ -44,7 +53,9 @@ __all__ = [
     "Run",
     "compare",
     "find_runs",
+    "frame",
     "load_run",
+    "load_runs",
     "read_jsonl",
 ]
 
@@ -182,6 +193,146 @@ def find_runs(root: str | Path) -> list[Path]:
     return sorted({c.parent for c in r.rglob("config.json")})
 
 
+# --------------------------------------------------------------------------- data frames
+
+FRAME_KINDS: dict[str, str] = {
+    "metrics": "every row of metrics.jsonl (train and eval rows; `kind` says which)",
+    "train": "the train rows of metrics.jsonl (losses, staleness, throughput)",
+    "eval": "the eval rows of metrics.jsonl (eval/return_mean, eval/return_std)",
+    "spans": "one row per worker task from spans.jsonl (start, upload_start, end, "
+    "base_version, staleness, verdict, env_steps; virtual seconds on the serial runtime)",
+    "summary": "one row per finished run: summary.json",
+    "config": "one row per run: config.json",
+}
+"""What [`frame`][hybrid.analysis.frame] and [`load_runs`][hybrid.analysis.load_runs] read, by
+``kind``."""
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def _frame_rows(path: Path, kind: str) -> list[dict[str, Any]] | None:
+    """The rows of one kind in one run directory; None when the run has no such file."""
+    if kind in ("metrics", "train", "eval"):
+        metrics = path / "metrics.jsonl"
+        if not metrics.is_file():
+            return None
+        return read_jsonl(metrics, None if kind == "metrics" else (kind,))[0]
+    if kind == "spans":
+        spans = path / "spans.jsonl"
+        return read_jsonl(spans)[0] if spans.is_file() else None
+    if kind == "summary":
+        summary = _read_json(path / "summary.json")
+        return [summary] if isinstance(summary, dict) else None
+    return [{}]  # config: the config columns are added by the caller
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in FRAME_KINDS:
+        raise ValueError(f"kind: {kind!r} is not one of {', '.join(FRAME_KINDS)}")
+
+
+def _records(
+    path: Path, kind: str, config: bool | Sequence[str]
+) -> tuple[list[dict[str, Any]], list[str]] | None:
+    """Rows of ``kind`` with a ``run`` column first and the config fields after the row's."""
+    p = Path(path)
+    cfg = _read_json(p / "config.json")
+    if not isinstance(cfg, dict):
+        raise FileNotFoundError(f"{p}: no readable config.json")
+    rows = _frame_rows(p, kind)
+    if rows is None:
+        return None
+    fields = list(cfg) if config is True else [] if config is False else list(config)
+    out = []
+    for row in rows:
+        rec: dict[str, Any] = {"run": str(p), **row}
+        for name in fields:
+            # A config field never hides a logged value of the same name.
+            rec[f"config/{name}" if name in row else name] = cfg.get(name)
+        out.append(rec)
+    return out, fields
+
+
+def _dataframe(records: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd
+
+    # Lists (staleness_histogram, scheduler_args...) stay Python objects in their cells.
+    return pd.DataFrame.from_records(records) if records else pd.DataFrame({"run": []})
+
+
+def frame(
+    run: str | Path, kind: str = "metrics", *, config: bool | Sequence[str] = True
+) -> pd.DataFrame:
+    """One run directory as a pandas DataFrame: one row per logged row of ``kind``.
+
+    ``kind`` is one of [`FRAME_KINDS`][hybrid.analysis.FRAME_KINDS]. The first column, ``run``, is
+    the run directory; the config fields follow the logged columns (all of them, none with
+    ``config=False``, or the ones named), so frames of several runs concatenate and group by any
+    field. A config field whose name a row already has becomes ``config/<name>``. Raises
+    FileNotFoundError when ``run`` has no config.json or no file for ``kind``.
+    """
+    _check_kind(kind)
+    got = _records(Path(run), kind, config)
+    if got is None:
+        raise FileNotFoundError(f"{run}: holds no data for kind={kind!r} ({FRAME_KINDS[kind]})")
+    return _dataframe(got[0])
+
+
+def _expand(paths: Any) -> list[Path]:
+    """Run directories from paths, globs, folders holding runs, Result or Run objects."""
+    if isinstance(paths, (str, Path)) or hasattr(paths, "run_dir"):
+        paths = [paths]
+    found: list[Path] = []
+    for item in paths:
+        if hasattr(item, "run_dir"):  # a hybrid.Result
+            found.append(Path(item.run_dir))
+            continue
+        if isinstance(item, Run):
+            found.append(item.path)
+            continue
+        text = str(item)
+        matches = sorted(glob.glob(text)) if _GLOB_CHARS & set(text) else [text]
+        if not matches:
+            _warn(f"{text!r} matches no path")
+        for m in map(Path, matches):
+            if (m / "config.json").is_file():
+                found.append(m)
+            elif m.is_dir():
+                found += find_runs(m)
+            elif not m.exists():
+                raise FileNotFoundError(f"runs: {str(m)!r} does not exist")
+    unique: dict[Path, Path] = {}
+    for f in found:
+        unique.setdefault(f.resolve(), f)
+    return list(unique.values())
+
+
+def load_runs(
+    paths: Any, kind: str = "metrics", *, config: bool | Sequence[str] = True
+) -> pd.DataFrame:
+    """Many runs as one pandas DataFrame: [`frame`][hybrid.analysis.frame] of each, stacked.
+
+    ``paths`` is a path, a glob (``"runs/sweep/*"``), a folder searched for run directories, a
+    [`hybrid.Result`][hybrid.Result], or a list of those. Runs are read in path order; one without
+    data for ``kind`` (an unfinished run has no summary) is left out with an
+    [`AnalysisWarning`][hybrid.analysis.AnalysisWarning]. Group with pandas, e.g.
+    ``load_runs("runs/*", "eval").groupby(["scheduler", "env_steps"])["eval/return_mean"]``.
+    """
+    _check_kind(kind)
+    records: list[dict[str, Any]] = []
+    for p in _expand(paths):
+        try:
+            got = _records(p, kind, config)
+        except FileNotFoundError as exc:
+            _warn(f"skipping {exc}")
+            continue
+        if got is None:
+            _warn(f"skipping {p}: no data for kind={kind!r}")
+            continue
+        records += got[0]
+    return _dataframe(records)
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -233,7 +384,14 @@ class GroupStats:
 
 @dataclass
 class Comparison:
-    """What :func:`compare` computed and wrote."""
+    """What [`compare`][hybrid.analysis.compare] computed: per-group aggregates, curves, and the
+    report.
+
+    In Jupyter it renders as its table. [`table`][hybrid.analysis.Comparison.table] is the same
+    table as a DataFrame (numbers, not strings), [`figures`][hybrid.analysis.Comparison.figures] the
+    figures (drawn on first use) and [`save`][hybrid.analysis.Comparison.save] writes everything
+    ``hybrid compare`` writes.
+    """
 
     metric: str
     group_by: tuple[str, ...]
@@ -245,6 +403,10 @@ class Comparison:
     table_md: str = ""
     table_tex: str = ""
     paths: dict[str, Path] = field(default_factory=dict)
+    reps: int = 2000
+    seed: int = 0
+    _profiles: dict[str, dict[str, np.ndarray]] | None = field(default=None, repr=False)
+    _figures: dict[str, Figure] | None = field(default=None, repr=False)
 
     def to_markdown(self) -> str:
         """The per-group table, then the probability-of-improvement matrix if >= 2 groups."""
@@ -253,6 +415,116 @@ class Comparison:
     def to_latex(self) -> str:
         """The per-group table as a booktabs ``tabular``."""
         return _latex(self)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """One row per group, indexed by label: the grouping fields, then each estimate
+        with its CI (``iqm``, ``iqm_low``, ``iqm_high``, ...), runs solved and throughput."""
+        import pandas as pd
+
+        rows = []
+        for g in self.groups.values():
+            row: dict[str, Any] = {"group": g.label, **g.key, "runs": g.n_runs}
+            row["runs_with_metric"] = int(g.valid_scores.size)
+            for name in ("iqm", "mean", "median"):
+                e = getattr(g, name)
+                row |= {name: e.value, f"{name}_low": e.low, f"{name}_high": e.high}
+            row["solved"] = g.n_solved
+            for name in ("iqm", "median"):
+                e = getattr(g, f"steps_to_solve_{name}")
+                col = f"steps_to_solve_{name}"
+                row |= {col: e.value, f"{col}_low": e.low, f"{col}_high": e.high}
+            row["env_steps_per_s"] = g.env_steps_per_s
+            row["staleness_mean"] = g.staleness_mean
+            row["staleness_max"] = g.staleness_max
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("group") if rows else pd.DataFrame()
+
+    @property
+    def improvement_table(self) -> pd.DataFrame:
+        """P(row's metric > column's), a square DataFrame over the groups (NaN on the
+        diagonal and where a group has no score); the CIs are in ``improvement``."""
+        import pandas as pd
+
+        labels = list(self.groups)
+        return pd.DataFrame(
+            [
+                [
+                    self.improvement[a, b].value if (a, b) in self.improvement else _NAN
+                    for b in labels
+                ]
+                for a in labels
+            ],
+            index=labels,
+            columns=labels,
+        )
+
+    @property
+    def profiles(self) -> dict[str, dict[str, np.ndarray]]:
+        """Performance profile per group: ``tau``, ``fraction`` (of runs scoring above
+        tau) and its CI ``low``/``high``."""
+        if self._profiles is None:
+            self._profiles = _profiles(self.groups, self.reps, self.confidence, self.seed)
+        return self._profiles
+
+    @property
+    def figures(self) -> dict[str, Figure]:
+        """The report's figures by name (``curves_<axis>`` per x axis, ``staleness``,
+        ``steps_to_solve``, ``profile``), matplotlib Figures drawn on first access."""
+        if self._figures is None:
+            colors = _colors(list(self.groups))
+            figs = {
+                f"curves_{axis}": _plot_curves(cv, axis, colors, self.confidence)
+                for axis, cv in self.curves.items()
+            }
+            figs["staleness"] = _plot_staleness(self.groups, colors)
+            figs["steps_to_solve"] = _plot_steps_to_solve(self.groups, colors, self.seed)
+            figs["profile"] = _plot_profile(
+                self.groups, self.metric, colors, self.confidence, self.profiles
+            )
+            self._figures = figs
+        return self._figures
+
+    def save(self, out: str | Path) -> dict[str, Path]:
+        """Write the report into ``out`` (created): each figure as PNG and PDF,
+        ``table.md``, ``table.tex`` and ``results.json``. Returns the paths by file name, also kept
+        in ``paths``. Raises [`CompareError`][hybrid.analysis.CompareError] when ``out`` cannot be
+        a directory."""
+        out_dir = Path(out)
+        _check_out(out_dir)
+        paths: dict[str, Path] = {}
+        for stem, fig in self.figures.items():
+            paths |= _save(fig, out_dir, stem)
+        self.table_md = self.to_markdown()
+        self.table_tex = self.to_latex()
+        for name, text in (("table.md", self.table_md), ("table.tex", self.table_tex)):
+            (out_dir / name).write_text(text, encoding="utf-8")
+            paths[name] = out_dir / name
+        paths["results.json"] = out_dir / "results.json"
+        self.paths = paths
+        results = _results(self, self.reps, self.seed)
+        results["performance_profile"] = _jsonable(self.profiles)
+        paths["results.json"].write_text(
+            json.dumps(results, indent=2, allow_nan=False) + "\n", encoding="utf-8"
+        )
+        return paths
+
+    def _repr_html_(self) -> str:
+        import html
+
+        pct = f"{self.confidence:.0%}"
+        head = (
+            f"<p><b>{html.escape(self.metric)}</b> by {html.escape(', '.join(self.group_by))}: "
+            f"IQM and mean over runs with stratified-bootstrap {pct} CIs "
+            f"({self.reps} resamples)</p>"
+        )
+        parts = [head, self.table.to_html(float_format=_num, na_rep="–")]
+        if len(self.groups) >= 2 and self.improvement:
+            parts.append(f"<p>P(row &gt; column) on <code>{html.escape(self.metric)}</code></p>")
+            parts.append(self.improvement_table.to_html(float_format=_prob, na_rep=""))
+        if self.skipped:
+            parts.append(f"<p>{len(self.skipped)} run(s) skipped (see the warnings)</p>")
+        return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -770,21 +1042,13 @@ def _plot_steps_to_solve(
     return fig
 
 
-def _plot_profile(
-    groups: Mapping[str, GroupStats],
-    metric: str,
-    colors: Mapping[str, str],
-    reps: int,
-    confidence: float,
-    seed: int,
-) -> tuple[Figure, dict[str, dict[str, np.ndarray]]]:
-    fig = _figure()
-    ax = fig.add_subplot()
+def _profiles(
+    groups: Mapping[str, GroupStats], reps: int, confidence: float, seed: int
+) -> dict[str, dict[str, np.ndarray]]:
     scored = {k: g.valid_scores for k, g in groups.items() if g.valid_scores.size}
     profiles: dict[str, dict[str, np.ndarray]] = {}
     if not scored:
-        _no_data(ax, f"no finite {metric}")
-        return fig, profiles
+        return profiles
     every = np.concatenate(list(scored.values()))
     # A little margin so each profile visibly starts at 1 and ends at 0.
     pad = 0.03 * (every.max() - every.min()) or 1.0
@@ -794,14 +1058,32 @@ def _plot_profile(
             s, taus, ci=True, reps=reps, confidence=confidence, rng=_rng(seed, "profile", label)
         )
         profiles[label] = {"tau": taus, "fraction": frac, "low": low, "high": high}
-        ax.step(taus, frac, where="post", color=colors[label], label=label)
-        ax.fill_between(taus, low, high, step="post", color=colors[label], alpha=0.2, lw=0)
+    return profiles
+
+
+def _plot_profile(
+    groups: Mapping[str, GroupStats],
+    metric: str,
+    colors: Mapping[str, str],
+    confidence: float,
+    profiles: Mapping[str, Mapping[str, np.ndarray]],
+) -> Figure:
+    fig = _figure()
+    ax = fig.add_subplot()
+    if not profiles:
+        _no_data(ax, f"no finite {metric}")
+        return fig
+    for label, p in profiles.items():
+        ax.step(p["tau"], p["fraction"], where="post", color=colors[label], label=label)
+        ax.fill_between(
+            p["tau"], p["low"], p["high"], step="post", color=colors[label], alpha=0.2, lw=0
+        )
     ax.set_xlabel(f"{metric} threshold τ")
     ax.set_ylabel(f"fraction of runs with score > τ ({confidence:.0%} CI)")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
-    return fig, profiles
+    return fig
 
 
 # --------------------------------------------------------------------------- compare
@@ -814,7 +1096,7 @@ def _check_grouping(runs: Sequence[Run], group_by: Sequence[str]) -> None:
     envs are on different scales (Pendulum ~-1000, CartPole 500), so one IQM over them means
     nothing. Runs whose config.json records no env are not counted.
     """
-    fields = sorted({str(k) for r in runs for k in r.config})
+    fields = sorted({str(k) for r in runs for k in r.config} | _setting_fields(runs))
     for name in group_by:
         if name not in fields:
             close = difflib.get_close_matches(name, fields, n=1)
@@ -832,6 +1114,27 @@ def _check_grouping(runs: Sequence[Run], group_by: Sequence[str]) -> None:
         )
 
 
+SETTING = "scheduler_arg."
+"""``--group-by scheduler_arg.KEY`` groups by a user scheduler's setting KEY (config.json's
+``scheduler_args``), the name sweep YAML gives it."""
+
+
+def _setting_fields(runs: Sequence[Run]) -> set[str]:
+    return {
+        f"{SETTING}{key}"
+        for r in runs
+        if isinstance(r.config.get("scheduler_args"), dict)
+        for key in r.config["scheduler_args"]
+    }
+
+
+def _config_value(config: Mapping[str, Any], name: str) -> Any:
+    if name.startswith(SETTING) and name not in config:
+        settings = config.get("scheduler_args")
+        return settings.get(name[len(SETTING) :]) if isinstance(settings, dict) else None
+    return config.get(name)
+
+
 def _check_out(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise CompareError(f"--out: {out_dir} is a file; give a directory for the report")
@@ -842,9 +1145,9 @@ def _check_out(out_dir: Path) -> None:
 
 
 def compare(
-    run_dirs: Sequence[str | Path] | str | Path,
-    out: str | Path,
-    group_by: Sequence[str] = ("scheduler",),
+    runs: Any,
+    out: str | Path | None = None,
+    group_by: Sequence[str] | str = ("scheduler",),
     metric: str = "final_eval_return",
     x_axes: Sequence[str] = ("env_steps", "time"),
     *,
@@ -854,31 +1157,32 @@ def compare(
     grid_points: int = 100,
     short_names: Mapping[str, str] | None = None,
 ) -> Comparison:
-    """Aggregate finished runs per group of ``group_by`` config values and write a report.
+    """Aggregate finished runs per group of ``group_by`` config values.
 
-    ``run_dirs`` lists run directories; a single path is searched for them (:func:`find_runs`).
-    ``metric`` is read from each ``summary.json``. ``x_axes`` entries are eval-row columns
-    (``env_steps``, ``updates``, ...) or ``time`` (virtual_s when a run records it, else
-    wall_s). Runs without ``summary.json`` are skipped with an :class:`AnalysisWarning`
-    (one whose summary.json is corrupt is named as such). Raises :class:`CompareError`
-    before writing anything when ``group_by`` names a field no run has, when runs of
-    several envs would be pooled (group by ``env``), or when ``out`` cannot be a directory.
-    Bootstraps are seeded from ``seed``, so the same inputs give the same numbers.
+    ``runs`` is what [`load_runs`][hybrid.analysis.load_runs] takes: run directories, globs, folders
+    searched for runs ([`find_runs`][hybrid.analysis.find_runs]), [`hybrid.Result`][hybrid.Result]
+    objects, or a list of those. ``metric`` is read from each ``summary.json``. ``x_axes`` entries
+    are eval-row columns (``env_steps``, ``updates``, ...) or ``time`` (virtual_s when a run records
+    it, else wall_s). With ``out``, the report is also written there
+    ([`Comparison.save`][hybrid.analysis.Comparison.save], what ``hybrid compare --out`` writes).
+    Runs without ``summary.json`` are skipped with an
+    [`AnalysisWarning`][hybrid.analysis.AnalysisWarning] (one whose summary.json is corrupt is named
+    as such). Raises [`CompareError`][hybrid.analysis.CompareError] before writing anything when
+    ``group_by`` names a field no run has, when runs of several envs would be pooled (group by
+    ``env``), or when ``out`` cannot be a directory. Bootstraps are seeded from ``seed``, so the
+    same inputs give the same numbers.
     """
-    if isinstance(run_dirs, (str, Path)):
-        run_dirs = find_runs(run_dirs)
-    out_dir = Path(out)
-    group_by = tuple(group_by)
+    out_dir = None if out is None else Path(out)
+    group_by = (group_by,) if isinstance(group_by, str) else tuple(group_by)
     short = {**SHORT_NAMES, **(short_names or {})}
+    try:
+        run_dirs = _expand(runs)
+    except FileNotFoundError as exc:
+        raise CompareError(str(exc)) from None
 
-    runs: list[Run] = []
+    loaded: list[Run] = []
     skipped: list[Path] = []
-    seen: set[Path] = set()
-    for d in run_dirs:
-        p = Path(d)
-        if p.resolve() in seen:
-            continue
-        seen.add(p.resolve())
+    for p in run_dirs:
         try:
             run = load_run(p, kinds=("eval",))
         except FileNotFoundError:
@@ -893,16 +1197,17 @@ def compare(
                 _warn(f"skipping run {p}: {p / 'summary.json'} is {problem}")
             skipped.append(p)
             continue
-        runs.append(run)
-    if not runs:
+        loaded.append(run)
+    if not loaded:
         raise CompareError("runs: no complete run among the given run directories")
-    _check_grouping(runs, group_by)
-    _check_out(out_dir)
+    _check_grouping(loaded, group_by)
+    if out_dir is not None:
+        _check_out(out_dir)
 
     # Bucket by the JSON text of the values: config values may be lists (unhashable).
     buckets: dict[str, tuple[list[Any], list[Run]]] = {}
-    for r in runs:
-        values = [r.config.get(f) for f in group_by]
+    for r in loaded:
+        values = [_config_value(r.config, f) for f in group_by]
         bucket = buckets.setdefault(json.dumps(values, sort_keys=True, default=str), (values, []))
         bucket[1].append(r)
     ordered = sorted(buckets.values(), key=lambda b: tuple(_sort_key(v) for v in b[0]))
@@ -930,27 +1235,11 @@ def compare(
                 improvement[(b, a)] = Estimate(1.0 - e.value, 1.0 - e.high, 1.0 - e.low)
 
     curves = {axis: _curves(grouped, axis, grid_points, reps, confidence, seed) for axis in x_axes}
-    comp = Comparison(metric, group_by, confidence, groups, improvement, curves, skipped)
-
-    colors = _colors(labels)
-    paths: dict[str, Path] = {}
-    for axis, cv in curves.items():
-        paths |= _save(_plot_curves(cv, axis, colors, confidence), out_dir, f"curves_{axis}")
-    paths |= _save(_plot_staleness(groups, colors), out_dir, "staleness")
-    paths |= _save(_plot_steps_to_solve(groups, colors, seed), out_dir, "steps_to_solve")
-    fig, profiles = _plot_profile(groups, metric, colors, reps, confidence, seed)
-    paths |= _save(fig, out_dir, "profile")
-
+    comp = Comparison(
+        metric, group_by, confidence, groups, improvement, curves, skipped, reps=reps, seed=seed
+    )
     comp.table_md = comp.to_markdown()
     comp.table_tex = comp.to_latex()
-    for name, text in (("table.md", comp.table_md), ("table.tex", comp.table_tex)):
-        (out_dir / name).write_text(text, encoding="utf-8")
-        paths[name] = out_dir / name
-    paths["results.json"] = out_dir / "results.json"
-    comp.paths = paths
-    results = _results(comp, reps, seed)
-    results["performance_profile"] = _jsonable(profiles)
-    paths["results.json"].write_text(
-        json.dumps(results, indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
+    if out_dir is not None:
+        comp.save(out_dir)
     return comp

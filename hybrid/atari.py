@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from hybrid.config import ConfigError
+from hybrid.errors import ConfigError
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig

@@ -167,7 +167,7 @@ class TrainConfig:
 
     # --- federated (issue 6) ------------------------------------------------------------------
     clients: int | None = None
-    """Simulated edge clients K (federated/clients.py), worker ids 0..K-1: each runs its own env
+    """Simulated edge clients K (hybrid/clients.py), worker ids 0..K-1: each runs its own env
     variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
     on demand for each task, so memory grows with the clients per round, not with K (topk error
     feedback is then per task). Unset: the persistent `workers` are the participants."""
@@ -305,6 +305,9 @@ class TrainConfig:
     """Experiment name (the wandb group); empty uses the env id."""
     torch_threads: int = 1
     """torch intra-op threads; 1 keeps tiny MLPs fast and the serial runtime bit-reproducible."""
+    device: str = "auto"
+    """Where the global model, the server optimizer and the learner run: auto (cuda when torch
+    finds a GPU, else cpu), cpu or cuda. Workers always act on CPU, from CPU copies of θ."""
     progress: bool = True
     """Show a progress bar (a periodic status line when output is not a terminal)."""
 
@@ -329,26 +332,34 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Check every field; raise ConfigError with a one-line message on the first bad one."""
-        from hybrid.algorithms import ALGORITHMS
-        from hybrid.algorithms.ppo import ADVANTAGE_NORMS
-        from hybrid.codecs import CODEC_NAMES
-        from hybrid.core.global_model import OPTIMIZERS
-        from hybrid.runtimes import RUNTIMES
-        from hybrid.schedulers import check_scheduler
+        # Names are checked against hybrid.registry and the plug-ins' env families: no
+        # component (torch, Ray, PettingZoo) is imported to validate a config.
+        from hybrid import registry
+        from hybrid.clients import check_dynamics
+        from hybrid.envs import env_family, parse_wrappers
 
         if not isinstance(self.scheduler_args, dict):
             raise ConfigError(
                 f"scheduler_args: expected a mapping of setting names to values, got "
                 f"{self.scheduler_args!r}"
             )
-        check_scheduler(self.scheduler, self.scheduler_args)
-        _choice("runtime", self.runtime, RUNTIMES)
-        _choice("algo", self.algo, ALGORITHMS)
+        self._check_scheduler()
+        registry.RUNTIMES.check(self)
+        registry.ALGORITHMS.require(self.algo)
         _choice("head", self.head, ("auto", "categorical", "gaussian"))
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("optimizer", self.optimizer, registry.OPTIMIZERS)
         _choice("lr_schedule", self.lr_schedule, ("constant", "linear"))
+        _choice("device", self.device, ("auto", "cpu", "cuda"))
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError(
+                    "device: cuda, but torch finds no CUDA GPU here (torch.cuda.is_available() "
+                    f"is False; torch {torch.__version__}); use --device cpu or auto"
+                )
         self._check_cluster()
-        _choice("codec", self.codec, CODEC_NAMES)
+        _choice("codec", self.codec, registry.CODECS)
         _in_range("topk_ratio", self.topk_ratio, 0.0, 1.0)
         _positive("topk_ratio", self.topk_ratio)
         for name in (
@@ -409,8 +420,6 @@ class TrainConfig:
         if self.inject_worker_faults == 1.0:
             raise ConfigError("inject_worker_faults: 1.0 would kill every task; use a value < 1")
         # federated
-        from federated.clients import check_dynamics
-
         if self.clients is not None:
             _at_least("clients", self.clients, 1)
         if not 0.0 < _number("client_fraction", self.client_fraction) <= 1.0:
@@ -439,23 +448,15 @@ class TrainConfig:
         _choice("critic", self.critic, ("auto", "central", "local"))
         _at_least("ppo_epochs", self.ppo_epochs, 1)
         _at_least("ppo_minibatches", self.ppo_minibatches, 1)
-        _choice("ppo_advantage_norm", self.ppo_advantage_norm, ADVANTAGE_NORMS)
+        _choice("ppo_advantage_norm", self.ppo_advantage_norm, registry.ADVANTAGE_NORMS)
         _positive("ppo_lr", self.ppo_lr)
         _positive("clip_coef", self.clip_coef)
-        from hybrid.envs import is_multiagent_id
-
-        if is_multiagent_id(self.env):
-            from multiagent.mappo import check_config
-
-            check_config(self)
-        elif self.algo in ("mappo", "ippo"):
-            raise ConfigError(
-                f"algo: {self.algo} needs a multi-agent PettingZoo env (package/module, e.g. "
-                "mpe2/simple_spread_v3); use ppo on Gymnasium envs"
-            )
+        family = env_family(self.env)
+        if family is not None:  # a plug-in's envs (multiagent: PettingZoo)
+            family.check(self)
+        else:
+            registry.ALGORITHMS.check(self)
         # environments
-        from hybrid.envs import parse_wrappers
-
         parse_wrappers(self.wrappers)
         for name in ("obs_clip", "reward_clip"):
             _positive(name, getattr(self, name))
@@ -466,7 +467,24 @@ class TrainConfig:
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
         self._check_upper_bounds()
-        self._check_no_dead_flags(is_multiagent_id(self.env))
+        self._check_no_dead_flags(family is not None and family.name == "multiagent")
+
+    def _check_scheduler(self) -> None:
+        from hybrid import registry
+
+        if self.scheduler in registry.SCHEDULERS:
+            if self.scheduler_args:
+                raise ConfigError(
+                    f"scheduler_args: the built-in scheduler {self.scheduler!r} takes none; its "
+                    "settings are TrainConfig fields (see hybrid train --help)"
+                )
+            registry.SCHEDULERS.check(self)
+            return
+        # Yours (registered, or a module:Class path): its class and Settings are checked where
+        # they live, which imports the scheduler (your code) but no other component.
+        from hybrid.schedulers import check_scheduler
+
+        check_scheduler(self.scheduler, self.scheduler_args)
 
     def _check_cluster(self) -> None:
         from hybrid.cluster_profile import ClusterProfile, is_profile_path
@@ -559,6 +577,127 @@ class TrainConfig:
             big = isinstance(value, int) and not isinstance(value, bool) and value > INT_MAX
             if big and f.name != "seed":  # seeds have their own range, [0, 2**63)
                 raise ConfigError(f"{f.name}: {value} is beyond 2**62, more than any run reaches")
+
+
+FIELD_OWNERS: dict[str, tuple[str, ...]] = {
+    # Who owns each field: the component that reads it. Only the assembly (hybrid/core/loop.py,
+    # cli, flags, sweep, calibrate, config and its checks) reads any field; a component reads
+    # the fields it owns and those tests/test_config_owners.py lists for it, with the reason.
+    "run": (
+        "env",
+        "scheduler",
+        "scheduler_args",
+        "runtime",
+        "algo",
+        "workers",
+        "envs_per_worker",
+        "rollout_steps",
+        "total_env_steps",
+        "stop_when_solved",
+        "seed",
+        "device",
+    ),
+    "nets": ("hidden", "layers", "head", "log_std_init", "state_dependent_std"),
+    "a2c": (
+        "gamma",
+        "gae_lambda",
+        "ent_coef",
+        "vf_coef",
+        "normalize_advantages",
+        "correction",
+        "rho_bar",
+        "c_bar",
+    ),
+    "nstep_q": (
+        "replay",
+        "replay_capacity",
+        "replay_batch",
+        "replay_alpha",
+        "replay_beta0",
+        "learner_updates",
+        "learning_starts",
+        "q_nstep",
+        "epsilon",
+        "epsilon_alpha",
+        "target_every",
+    ),
+    "ppo": (
+        "value_norm",
+        "ppo_epochs",
+        "ppo_minibatches",
+        "ppo_advantage_norm",
+        "ppo_lr",
+        "clip_coef",
+        "clip_vloss",
+    ),
+    "global_model": (
+        "optimizer",
+        "lr",
+        "lr_schedule",
+        "max_grad_norm",
+        "adam_eps",
+        "rmsprop_alpha",
+        "server_beta1",
+        "server_beta2",
+        "server_momentum",
+    ),
+    "bounded": ("staleness_bound", "staleness_aware_lr"),
+    "actor_learner": ("learner_batch", "max_policy_lag"),
+    "fedavg": (
+        "client_fraction",
+        "local_steps",
+        "local_optimizer",
+        "local_lr",
+        "prox_mu",
+        "client_dropout",
+        "client_availability",
+        "round_deadline_s",
+        "late_policy",
+    ),
+    "clients": (
+        "clients",
+        "client_dynamics",
+        "client_uplink_mbps",
+        "client_downlink_mbps",
+        "client_link_sigma",
+    ),
+    "federated": ("client_eval_clients", "client_eval_episodes"),
+    "serial": (
+        "cluster",
+        "step_cost_s",
+        "task_overhead_s",
+        "speed_sigma",
+        "straggler_fraction",
+        "straggler_slowdown",
+        "jitter_sigma",
+        "bandwidth_mbps",
+    ),
+    "codecs": ("codec", "topk_ratio", "error_feedback"),
+    "parallel": ("lock_free", "inject_worker_faults", "torch_threads"),
+    "ray": ("ray_address",),
+    "checkpoint": ("checkpoint_every", "keep_checkpoints", "checkpoint_replay", "resume"),
+    "multiagent": ("param_sharing", "agent_id", "critic"),
+    "envs": ("env_defaults", "wrappers"),
+    "normalization": ("normalize_obs", "normalize_reward", "obs_clip", "reward_clip"),
+    "atari": (
+        "atari_frame_skip",
+        "atari_frame_stack",
+        "atari_noop_max",
+        "atari_episodic_life",
+        "atari_clip_rewards",
+    ),
+    "evaluation": ("eval_every", "eval_episodes"),
+    "tracking": (
+        "log_every",
+        "out",
+        "track",
+        "wandb_project",
+        "wandb_checkpoint",
+        "exp_name",
+        "progress",
+    ),
+}
+"""Owner -> the TrainConfig fields it owns; every field has exactly one owner."""
 
 
 _TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
@@ -676,4 +815,4 @@ def _non_negative(name: str, value: object) -> None:
         raise ConfigError(f"{name}: {value} must be >= 0")
 
 
-__all__ = ["ConfigError", "TrainConfig"]
+__all__ = ["FIELD_OWNERS", "ConfigError", "TrainConfig"]

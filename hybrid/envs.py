@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from hybrid.config import ConfigError
+from hybrid.errors import ConfigError
+from hybrid.plugins import EnvFamily, env_families, resolve
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig
@@ -57,12 +58,19 @@ class EnvInfo:
         return (self.n_agents, self.obs_dim) if self.multiagent else (self.obs_dim,)
 
 
-def is_multiagent_id(env_id: str) -> bool:
-    """PettingZoo ids are ``package/module``; namespaced Gymnasium ids (``ALE/Pong-v5``) are
+def env_family(env_id: str) -> EnvFamily | None:
+    """The plug-in env family (``hybrid.plugins``) that claims ``env_id``; None for the ids
+    Gymnasium or ``register_env`` knows. Namespaced Gymnasium ids (``ALE/Pong-v5``) are
     registered, so they stay Gymnasium's."""
-    if env_id in _FACTORIES or env_id.startswith("ALE/"):  # environments (issue 11)
-        return False
-    return "/" in env_id and env_id not in gym.registry
+    if env_id in _FACTORIES or env_id.startswith("ALE/") or env_id in gym.registry:
+        return None
+    return next((f for f in env_families() if f.claims(env_id)), None)
+
+
+def is_multiagent_id(env_id: str) -> bool:
+    """PettingZoo ids are ``package/module`` (the multiagent plug-in claims them)."""
+    family = env_family(env_id)
+    return family is not None and family.name == "multiagent"
 
 
 def _needs_flatten(space: gym.Space) -> bool:
@@ -75,10 +83,9 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
     ``cfg`` brings the wrappers (``--wrappers``) and the Atari settings, which can change
     the observation space.
     """
-    if is_multiagent_id(env_id):
-        from multiagent.pettingzoo import describe as describe_pettingzoo
-
-        return describe_pettingzoo(env_id)
+    family = env_family(env_id)
+    if family is not None:
+        return resolve(family.describe)(env_id)
     factory = resolve_factory(env_id)
     wrappers = registered_wrappers(cfg.wrappers if cfg is not None else "")
     if wrappers and cfg is not None and cfg.runtime == "processes":
@@ -416,10 +423,9 @@ def make_vector_env(
     built by ``make_env`` from ``cfg`` (wrappers, Atari settings) and ``info`` (a
     registered factory); ``evaluation`` builds the evaluator's (Atari: the game score).
     """
-    if is_multiagent_id(env_id):
-        from multiagent.pettingzoo import make_vector_env as make_pettingzoo_vector_env
-
-        return make_pettingzoo_vector_env(env_id, num_envs)  # type: ignore[return-value]
+    family = env_family(env_id)
+    if family is not None:
+        return resolve(family.make_vector_env)(env_id, num_envs)  # type: ignore[no-any-return]
     factory = info.factory if info is not None and info.factory is not None else None
     factory = factory or resolve_factory(env_id)
     for name, fn in info.wrappers if info is not None else ():

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
-from hybrid.config import TrainConfig
 from hybrid.core.worker import build_model
-from hybrid.envs import EnvInfo, make_vector_env
+from hybrid.envs import EnvInfo, env_family, make_vector_env
 from hybrid.nets import FlatParams
 from hybrid.normalization import GlobalObsStats, ObsNormalizer
+from hybrid.plugins import final_evaluations, resolve
 from hybrid.seeding import EVAL, int_seed, stream
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 
 class Evaluator:
@@ -64,16 +69,17 @@ class Evaluator:
         When the workers are edge clients or run env variants: the return on each client's
         own variant, its mean, worst 10% and spread across clients (fairness).
         """
-        if self.info.multiagent:  # the random policy's return beside the trained one's
-            from multiagent.pettingzoo import random_policy_returns
-
-            random = random_policy_returns(self.cfg.env, self.episodes, self.seeds)
+        family = env_family(self.cfg.env)
+        if family is not None and family.baseline_returns is not None:
+            # the random policy's return beside the trained one's (multi-agent)
+            baseline = resolve(family.baseline_returns)
+            random = baseline(self.cfg.env, self.episodes, self.seeds)
             return {"random_return_mean": float(random.mean())}
-        if self.cfg.clients is None and self.cfg.client_dynamics == "iid":
-            return {}
-        from federated.evaluation import client_fairness
-
-        return client_fairness(self.cfg, self.info, params)
+        metrics: dict[str, float] = {}
+        for evaluation in final_evaluations():  # plug-ins: federated's client fairness
+            if evaluation.applies(self.cfg):
+                metrics.update(resolve(evaluation.run)(self.cfg, self.info, params))
+        return metrics
 
     def close(self) -> None:
         self.envs.close()

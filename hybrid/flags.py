@@ -42,14 +42,27 @@ def normalize_bool_flags(argv: Sequence[str]) -> list[str]:
     return out
 
 
+SCHEDULER_ARG_PREFIX = "scheduler_arg."
+"""Sweep YAML names a scheduler setting ``scheduler_arg.KEY``; ``wandb agent`` then passes
+``--scheduler_arg.KEY=VALUE``, which ``hybrid train`` reads as ``--scheduler-arg KEY=VALUE``."""
+
+
 def gather_scheduler_args(argv: Sequence[str]) -> list[str]:
-    """Turn every ``--scheduler-arg key=value`` (repeatable) into one ``--scheduler-args
-    key value ...``, the form tyro parses into ``TrainConfig.scheduler_args``."""
+    """Turn every ``--scheduler-arg key=value`` (repeatable) and every sweep-style
+    ``--scheduler_arg.key=value`` into one ``--scheduler-args key value ...``, the form tyro
+    parses into ``TrainConfig.scheduler_args``."""
     pairs: list[str] = []
     rest: list[str] = []
     args = iter(argv)
     for arg in args:
-        if arg == "--scheduler-arg" or arg.startswith("--scheduler-arg="):
+        dotted = re.match(r"--scheduler[-_]arg\.", arg)
+        if dotted:
+            pair = arg[dotted.end() :]
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"scheduler_arg: expected --scheduler_arg.KEY=VALUE, got {arg!r}")
+            pairs += [key, value]
+        elif arg == "--scheduler-arg" or arg.startswith("--scheduler-arg="):
             pair = arg.partition("=")[2] if "=" in arg else next(args, "")
             key, sep, value = pair.partition("=")
             if not sep or not key:

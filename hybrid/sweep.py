@@ -1,18 +1,23 @@
-"""``hybrid sweep``: run a wandb-format sweep file locally, offline, in parallel, resumably.
+"""``hybrid sweep``: run a wandb-format sweep file offline, in parallel, resumably.
 
     hybrid sweep sweeps/scheduler_ablation.yaml --jobs 2 --out runs/sweep
+    hybrid sweep sweeps/lr_bayes.yaml --backend ray --ray-address auto
 
 The YAML is wandb's sweep format, so the same file runs online with ``wandb sweep`` +
-``wandb agent``. This runner mirrors wandb's meaning of ``method`` (grid / random),
-``parameters`` (``value``, ``values``, ``distribution`` with ``min``/``max``/``q``/``mu``/
-``sigma``...) and ``run_cap``, and needs no server: every run is one ``hybrid train``
-process with ``WANDB_MODE=offline``, written to ``OUT/<name>`` where the name is built
-from the parameter values that vary (``scheduler=async,seed=1``).
+``wandb agent``. This runner mirrors wandb's meaning of ``method`` (grid / random /
+bayes), ``parameters`` (``value``, ``values``, ``distribution`` with ``min``/``max``/``q``/
+``mu``/``sigma``...), ``run_cap``, ``metric`` and ``early_terminate`` (hyperband), and
+needs no server: every run is one ``hybrid train`` process with ``WANDB_MODE=offline``
+(here, or in a Ray task with ``--backend ray``), written to ``OUT/<name>`` where the name
+is built from the parameter values that vary (``scheduler=async,seed=1``). bayes is
+Optuna's TPE sampler and hyperband Optuna's HyperbandPruner (``Search``), fed by the runs'
+eval rows; a pruned run's directory holds ``pruned.json``.
 
-A run directory holding ``summary.json`` is finished and skipped, so rerunning the same
-command after a crash or Ctrl-C resumes the sweep; a directory without one is a run that
-died half-way and is removed and rerun. Random search draws from a seeded stream
-(``--seed``), so a rerun draws the same configs and resumes too.
+A run directory holding ``summary.json`` (or ``pruned.json``) is finished and skipped, so
+rerunning the same command after a crash or Ctrl-C resumes the sweep; a directory without
+one is a run that died half-way and is removed and rerun. Random search draws from a
+seeded stream (``--seed``), and bayes is seeded and fed results in a fixed order, so a
+rerun draws the same configs and resumes too.
 
 Bad input (an unknown field, an empty grid, an unknown method...) ends in one line on
 stderr and exit code 2 before any run starts; every expanded config is checked the way
@@ -26,6 +31,7 @@ import contextlib
 import dataclasses
 import difflib
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -55,10 +61,18 @@ class SweepError(ValueError):
 # not ``hybrid`` from PATH, so runs use the same environment as the runner (tests swap it).
 TRAIN_COMMAND: list[str] = [sys.executable, "-m", "hybrid.cli", "train"]
 
-METHODS = ("grid", "random")
+METHODS = ("grid", "random", "bayes")
+BACKENDS = ("local", "ray")
+GOALS = ("minimize", "maximize")
+EARLY_TERMINATE_KEYS = ("type", "min_iter", "max_iter", "s", "eta", "strict")
+SCHEDULER_ARG = "scheduler_arg."
+"""A parameter named ``scheduler_arg.KEY`` sets the user scheduler's setting KEY: each run
+gets ``--scheduler_arg.KEY=VALUE`` (what ``wandb agent`` passes too), which ``hybrid train``
+reads as ``--scheduler-arg KEY=VALUE``."""
 
 # Top-level keys of wandb's sweep schema (sweeps/config/schema.json). Only method,
-# parameters, run_cap and command mean something offline; the rest are for the server.
+# parameters, run_cap, command, metric and early_terminate mean something offline; the rest
+# are for the server.
 TOP_LEVEL_KEYS = (
     "apiVersion",
     "command",
@@ -272,6 +286,29 @@ def _unique(values: Sequence[Any]) -> list[Any]:
 
 
 @dataclass(frozen=True)
+class Metric:
+    """What bayes optimizes and hyperband compares: summary.json's key, else an eval-row column."""
+
+    name: str
+    goal: str
+    """minimize (wandb's default) or maximize."""
+
+    @property
+    def eval_key(self) -> str:
+        """The eval-row column a running run reports (final_eval_return is the last of them)."""
+        return "eval/return_mean" if self.name == "final_eval_return" else self.name
+
+
+@dataclass(frozen=True)
+class Hyperband:
+    """wandb's ``early_terminate: {type: hyperband, ...}``; an iteration is one eval row."""
+
+    min_iter: int
+    max_iter: int | None
+    eta: int
+
+
+@dataclass(frozen=True)
 class Sweep:
     """A parsed, checked sweep file."""
 
@@ -284,6 +321,8 @@ class Sweep:
     """Literal ``hybrid train`` flags in ``command`` after ``train`` (next to ``${args}``)."""
     notes: tuple[str, ...]
     """Things worth telling the user that do not stop the sweep."""
+    metric: Metric | None = None
+    early_terminate: Hyperband | None = None
 
     @property
     def name(self) -> str:
@@ -337,9 +376,53 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
                 )
             if not p.grid_values():
                 raise SweepError(f"{path}: {p.name}: this grid axis has no values")
-    if "early_terminate" in doc:
-        notes.append("early_terminate is applied by the wandb server only; offline it is ignored")
-    return Sweep(path, method, params, run_cap, train_args, tuple(notes))
+    metric = _metric(path, doc.get("metric"), method, "early_terminate" in doc)
+    hyperband = _early_terminate(path, doc["early_terminate"]) if "early_terminate" in doc else None
+    return Sweep(path, method, params, run_cap, train_args, tuple(notes), metric, hyperband)
+
+
+def _metric(path: Path, raw: Any, method: str, early_terminate: bool) -> Metric | None:
+    needed = "method: bayes" if method == "bayes" else "early_terminate" if early_terminate else ""
+    if raw is None:
+        if needed:
+            raise SweepError(
+                f"{path}: {needed} needs metric: {{name: final_eval_return, goal: maximize}} "
+                "(what to optimize); it runs offline here or online with `wandb sweep` + "
+                "`wandb agent`"
+            )
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
+        raise SweepError(f"{path}: metric: expected {{name: ..., goal: minimize|maximize}}")
+    goal = raw.get("goal", "minimize")  # wandb's default
+    if goal not in GOALS:
+        raise SweepError(f"{path}: metric: goal must be minimize or maximize, got {goal!r}")
+    return Metric(raw["name"], goal)
+
+
+def _early_terminate(path: Path, raw: Any) -> Hyperband:
+    where = f"{path}: early_terminate"
+    if not isinstance(raw, dict) or raw.get("type") != "hyperband":
+        raise SweepError(f"{where}: only type: hyperband exists (wandb's one early stopping)")
+    for key in raw:
+        if key not in EARLY_TERMINATE_KEYS:
+            raise SweepError(
+                f"{where}: unknown key {key!r}; it takes min_iter, max_iter, s, eta, strict"
+            )
+    for key in ("min_iter", "max_iter", "s", "eta"):
+        if key in raw and (not _is_int(raw[key]) or raw[key] < (2 if key == "eta" else 1)):
+            low = 2 if key == "eta" else 1
+            raise SweepError(f"{where}: {key} must be an integer >= {low}, got {raw[key]!r}")
+    eta = raw.get("eta", 3)
+    max_iter = raw.get("max_iter")
+    if "min_iter" in raw:
+        min_iter = raw["min_iter"]
+    elif max_iter is not None and "s" in raw:
+        min_iter = max(1, max_iter // eta ** raw["s"])  # wandb: brackets at max_iter / eta^k
+    else:
+        raise SweepError(f"{where}: give min_iter, or max_iter and s (as wandb needs)")
+    if max_iter is not None and max_iter < min_iter:
+        raise SweepError(f"{where}: max_iter {max_iter} is below min_iter {min_iter}")
+    return Hyperband(min_iter, max_iter, eta)
 
 
 class _DuplicateKey(Exception):
@@ -379,23 +462,14 @@ def _yaml_problem(exc: Exception) -> str:
 def _method(path: Path, method: Any) -> str:
     if method in METHODS:
         return method
-    if method == "bayes":
-        raise SweepError(
-            f"{path}: method: bayes needs the wandb server, which proposes each run from the "
-            "results so far; run it online with `wandb sweep` + `wandb agent`, or use grid or "
-            "random offline"
-        )
     if method == "custom":
         raise SweepError(
             f"{path}: method: custom needs a wandb Launch sweep scheduler; "
             "offline, use grid or random"
         )
     if method is None:
-        raise SweepError(f"{path}: missing method:; use grid or random")
-    raise SweepError(
-        f"{path}: unknown method {method!r}; use grid or random "
-        "(bayes runs online only, with wandb sweep + wandb agent)"
-    )
+        raise SweepError(f"{path}: missing method:; use grid or random (or bayes)")
+    raise SweepError(f"{path}: unknown method {method!r}; use grid or random (or bayes)")
 
 
 def _params(path: Path, raw: Any, fields: set[str]) -> tuple[Param, ...]:
@@ -404,6 +478,11 @@ def _params(path: Path, raw: Any, fields: set[str]) -> tuple[Param, ...]:
     params = []
     for name in sorted(raw, key=str):
         where = f"{path}: {name}"
+        if isinstance(name, str) and name.startswith(SCHEDULER_ARG):
+            if not name[len(SCHEDULER_ARG) :].isidentifier():
+                raise SweepError(f"{where}: expected scheduler_arg.KEY, KEY a setting's name")
+            params.append(_param(where, name, raw[name]))
+            continue
         if name not in fields:
             raise SweepError(
                 f"{where}: not a TrainConfig field{_suggest(str(name), fields)} "
@@ -582,7 +661,8 @@ def planned_runs(sweep: Sweep, max_runs: int | None = None) -> int:
         return size if limit is None else min(size, limit)
     if limit is None:
         raise SweepError(
-            f"{sweep.path}: random search needs a number of runs: --max-runs K or run_cap: K"
+            f"{sweep.path}: {sweep.method} search needs a number of runs: --max-runs K or "
+            "run_cap: K"
         )
     return limit
 
@@ -669,9 +749,6 @@ def plan(
     values, checked by TrainConfig.validate() and the env and head checks. Parsing every run
     would cost ~40 ms each: 7 minutes for a 10,000-run grid.
     """
-    from hybrid.core.loop import check_head
-    from hybrid.envs import describe
-
     count = planned_runs(sweep, max_runs)
     if count > MAX_RUNS and max_runs is None:
         what = "run_cap" if sweep.run_cap is not None and sweep.method == "random" else "grid"
@@ -685,31 +762,62 @@ def plan(
             "narrow it, or pass --max-runs K to plan the first K runs (K may exceed "
             f"{MAX_RUNS:,})"
         )
-    keys = _varying(sweep)
-    typed = _TypedValues(sweep.train_args)
-    base = typed.base
-    runs, names, envs = [], set(), {}
+    build = RunBuilder(sweep, out)
+    runs, names = [], set()
     for values in iter_configs(sweep, max_runs, seed):
-        name = run_name(values, keys)
-        run_dir = Path(out) / name
+        run = build(values)
+        if run.name in names:
+            raise SweepError(f"{sweep.path}: two runs would share the directory {run.name}")
+        names.add(run.name)
+        runs.append(run)
+    return runs
+
+
+class RunBuilder:
+    """Parameter values -> a checked PlannedRun: its name, directory, argv and config."""
+
+    def __init__(self, sweep: Sweep, out: str | os.PathLike[str]) -> None:
+        self.sweep, self.out = sweep, Path(out)
+        self.keys = _varying(sweep)
+        self.typed = _TypedValues(sweep.train_args)
+        self.envs: dict[str, Any] = {}
+
+    def __call__(self, values: dict[str, Any]) -> PlannedRun:
+        from hybrid.core.loop import check_head
+        from hybrid.envs import describe
+        from hybrid.schedulers import typed_scheduler_args
+
+        name = run_name(values, self.keys)
+        run_dir = self.out / name
         # wandb's ${args} is --name=str(value): the same strings online and offline.
         flags = [f"--{k}={_text(v)}" for k, v in values.items()]
-        train_argv = [*sweep.train_args, *flags, f"--out={run_dir}", "--progress=False"]
+        train_argv = [*self.sweep.train_args, *flags, f"--out={run_dir}", "--progress=False"]
+        base = self.typed.base
         try:
-            changes = {k: typed.value(k, v) for k, v in values.items()}
+            changes = {
+                k: self.typed.value(k, v) for k, v in values.items() if not _is_scheduler_arg(k)
+            }
+            settings = {
+                k[len(SCHEDULER_ARG) :]: _text(v) for k, v in values.items() if _is_scheduler_arg(k)
+            }
+            if settings:  # as strings, as the command line hands them over
+                changes["scheduler_args"] = {**base.scheduler_args, **settings}
             cfg = base.replace(**changes, out=str(run_dir))
             cfg.validate()
-            if cfg.env not in envs:
-                envs[cfg.env] = describe(cfg.env)
-            check_head(cfg, envs[cfg.env])
+            if cfg.scheduler_args:  # as config.json records them: typed ("4" and 4 alike)
+                typed = typed_scheduler_args(cfg.scheduler, cfg.scheduler_args)
+                cfg = cfg.replace(scheduler_args=typed)
+            if cfg.env not in self.envs:
+                self.envs[cfg.env] = describe(cfg.env)
+            check_head(cfg, self.envs[cfg.env])
         except ConfigError as exc:
-            where = f"run {name}: " if keys else ""
-            raise SweepError(f"{sweep.path}: {where}{exc}") from None
-        if name in names:
-            raise SweepError(f"{sweep.path}: two runs would share the directory {name}")
-        names.add(name)
-        runs.append(PlannedRun(name, values, run_dir, (*TRAIN_COMMAND, *train_argv), cfg))
-    return runs
+            where = f"run {name}: " if self.keys else ""
+            raise SweepError(f"{self.sweep.path}: {where}{exc}") from None
+        return PlannedRun(name, values, run_dir, (*TRAIN_COMMAND, *train_argv), cfg)
+
+
+def _is_scheduler_arg(name: str) -> bool:
+    return name.startswith(SCHEDULER_ARG)
 
 
 class _TypedValues:
@@ -773,13 +881,27 @@ def check_finished(run: PlannedRun, sweep: Sweep) -> None:
     from hybrid.flags import parse_train_args
 
     extra = parse_train_args(list(sweep.train_args)).to_dict() if sweep.train_args else {}
-    keys = set(run.values) | {k for k, v in extra.items() if v != defaults[k]}
+    keys = {k for k in run.values if not _is_scheduler_arg(k)}
+    keys |= {k for k, v in extra.items() if v != defaults[k] and k != "scheduler_args"}
     for key in sorted(keys - {"out", "progress"}):
         if key in found and found[key] != expected[key]:
             raise SweepError(
                 f"{run.run_dir}: finished with {key}={found[key]!r} but this sweep sets "
                 f"{key}={expected[key]!r}; use another --out, or delete that run to redo it"
             )
+    # Scheduler settings one by one: config.json records them typed, as run.config holds them.
+    stored = found.get("scheduler_args")
+    stored = stored if isinstance(stored, dict) else {}
+    for key, value in expected.get("scheduler_args", {}).items():
+        if stored.get(key, _MISSING) != value:
+            was = repr(stored[key]) if key in stored else "unset"
+            raise SweepError(
+                f"{run.run_dir}: finished with {SCHEDULER_ARG}{key}={was} but this sweep sets "
+                f"{SCHEDULER_ARG}{key}={value!r}; use another --out, or delete that run to redo it"
+            )
+
+
+_MISSING = object()
 
 
 @contextmanager
@@ -806,60 +928,510 @@ def _locked(out: Path) -> Iterator[None]:
 class Outcome:
     run: PlannedRun
     status: str
-    """done, skipped or failed."""
+    """done, skipped, failed or pruned."""
     seconds: float = 0.0
     message: str = ""
 
 
+RUN_ENV = {"WANDB_MODE": "offline"}
+RUN_ENV_REMOVED = ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")
+"""A run started by this runner is never part of an online sweep."""
+
+
+def _run_env() -> dict[str, str]:
+    env = dict(os.environ, **RUN_ENV)
+    for key in RUN_ENV_REMOVED:
+        env.pop(key, None)
+    return env
+
+
+class LocalBackend:
+    """Each run is a ``hybrid train`` process on this machine."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+
+    def start(self, run: PlannedRun) -> subprocess.Popen[bytes]:
+        if run.run_dir.exists() and not is_finished(run.run_dir):  # died half-way: start afresh
+            shutil.rmtree(run.run_dir)
+        with (
+            open(self.log_dir / f"{run.name}.out", "wb") as out,
+            open(self.log_dir / f"{run.name}.err", "wb") as err,
+        ):
+            return subprocess.Popen(
+                run.argv,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=_run_env(),
+                **_die_with_parent(),
+            )
+
+    def poll(self, handle: subprocess.Popen[bytes]) -> int | None:
+        return handle.poll()
+
+    def stop(self, handles: Sequence[subprocess.Popen[bytes]]) -> None:
+        _stop(dict.fromkeys(handles))
+
+    def close(self) -> None:
+        pass
+
+
+def run_on_node(argv: Sequence[str], run_dir: str, out_log: str, err_log: str) -> int:
+    """The body of a ray-backend run, on whichever node Ray placed it: one ``hybrid train``.
+
+    A run directory without summary.json is a retry after its node was lost (Ray re-runs the
+    task): start afresh. ``ray.cancel`` (pruning, Ctrl-C) raises KeyboardInterrupt here, which
+    stops the run's process group as the local backend does.
+    """
+    path = Path(run_dir)
+    if path.exists() and not is_complete(path):
+        shutil.rmtree(path)
+    with open(out_log, "ab") as out, open(err_log, "ab") as err:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=_run_env(),
+            **_die_with_parent(),
+        )
+    try:
+        return proc.wait()
+    except BaseException:
+        _stop({proc: None})
+        raise
+
+
+class RayBackend:
+    """Each run is a Ray task (``cpus``/``gpus`` per run) on a local Ray or a cluster.
+
+    Ray starts as many as the cluster's resources hold and queues the rest; ``--out`` must be
+    a directory every node sees (a shared file system), as each run writes there itself.
+    """
+
+    CANCEL_WAIT_S = 15.0
+
+    def __init__(self, log_dir: Path, address: str, cpus: float, gpus: float) -> None:
+        import ray
+
+        from hybrid.runtimes.ray import connect
+
+        self.ray, self.log_dir = ray, log_dir
+        # A local Ray is started as the ray runtime starts it: loopback only, private token.
+        cfg = TrainConfig(runtime="ray", ray_address=address, workers=1)
+        try:
+            self.session = connect(cfg)
+        except ConfigError as exc:
+            raise SweepError(str(exc).replace("ray_address", "--ray-address", 1)) from None
+        self.remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(run_on_node)
+        total = ray.cluster_resources()
+        self.capacity = int(min(total.get("CPU", 0) // cpus if cpus else 2**31, 2**31))
+        if gpus:
+            self.capacity = min(self.capacity, int(total.get("GPU", 0) // gpus))
+        if self.capacity < 1:
+            self.close()
+            raise SweepError(
+                f"--cpus-per-run {cpus:g} / --gpus-per-run {gpus:g}: no node of this Ray "
+                f"({total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs) can hold a run"
+            )
+
+    def start(self, run: PlannedRun) -> Any:
+        out, err = self.log_dir / f"{run.name}.out", self.log_dir / f"{run.name}.err"
+        for log in (out, err):
+            log.write_bytes(b"")
+        return self.remote.remote(list(run.argv), str(run.run_dir), str(out), str(err))
+
+    def poll(self, handle: Any) -> int | None:
+        ready, _ = self.ray.wait([handle], timeout=0)
+        if not ready:
+            return None
+        try:
+            return int(self.ray.get(handle))
+        except self.ray.exceptions.TaskCancelledError:
+            return -signal.SIGTERM
+        except self.ray.exceptions.RayError as exc:  # its node was lost past the retries
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            raise _TaskLost(lines[-1] if lines else type(exc).__name__) from None
+
+    def stop(self, handles: Sequence[Any]) -> None:
+        for handle in handles:
+            self.ray.cancel(handle)  # KeyboardInterrupt in the task: it stops its run
+        _, late = self.ray.wait(list(handles), num_returns=len(handles), timeout=self.CANCEL_WAIT_S)
+        for handle in late:
+            self.ray.cancel(handle, force=True)
+
+    def close(self) -> None:
+        if self.session is not None:  # ours to stop (a notebook's own Ray is left running)
+            self.session.close()
+            self.session = None
+
+
+class _TaskLost(Exception):
+    """A ray-backend run's task failed as a task (not as a run): its node died, retries spent."""
+
+
+def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The eval rows a run wrote so far (a half-written last line is not one yet)."""
+    return _EvalTail(run_dir).read()
+
+
+class _EvalTail:
+    """A running run's eval rows, read on from where the last read stopped (metrics.jsonl
+    grows by a train row per log interval; it is not read again from the start each poll)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.offset = 0
+        self.rows: list[dict[str, Any]] = []
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return self.rows
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a half-written last line waits
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict) and row.get("kind") == "eval":
+                    self.rows.append(row)
+        return self.rows
+
+
+def is_pruned(run_dir: Path) -> bool:
+    """A run that early termination stopped: its pruned.json parses."""
+    try:
+        json.loads((run_dir / "pruned.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def is_finished(run_dir: Path) -> bool:
+    """Complete or pruned: either way the sweep does not run it again."""
+    return is_complete(run_dir) or is_pruned(run_dir)
+
+
+def objective(run_dir: Path, metric: Metric) -> float | None:
+    """A finished run's value of the metric: summary.json's, else its last eval row's."""
+    try:
+        pruned = json.loads((run_dir / "pruned.json").read_text())
+        return float(pruned["value"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return float(summary[metric.name])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    rows = [r for r in _eval_rows(run_dir) if isinstance(r.get(metric.eval_key), (int, float))]
+    return float(rows[-1][metric.eval_key]) if rows else None
+
+
+class Search:
+    """Optuna behind ``method: bayes`` (TPE) and ``early_terminate: hyperband`` (Hyperband).
+
+    Optuna's TPE sampler is seeded from ``--seed`` and the study has a fixed name (Hyperband
+    assigns brackets from it), so the same file and seed ask the same questions and, fed the
+    same results in the same order, propose the same configs and prune the same runs. Each run
+    is one trial; its eval rows are the trial's intermediate values (step = how many eval rows,
+    wandb's "iteration"), and its metric, when it ends, the trial's value.
+    """
+
+    def __init__(self, sweep: Sweep, seed: int) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        assert sweep.metric is not None
+        self.sweep, self.metric = sweep, sweep.metric
+        hb = sweep.early_terminate
+        pruner: optuna.pruners.BasePruner = (
+            optuna.pruners.HyperbandPruner(
+                min_resource=hb.min_iter,
+                max_resource=hb.max_iter if hb.max_iter is not None else "auto",
+                reduction_factor=hb.eta,
+            )
+            if hb is not None
+            else optuna.pruners.NopPruner()
+        )
+        self.pruning = hb is not None
+        self.optuna = optuna
+        self.study = optuna.create_study(
+            study_name=f"hybrid-sweep/{sweep.name}/{seed}",
+            direction=self.metric.goal,
+            sampler=optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=self.startup_trials(sweep.run_cap)
+            ),
+            pruner=pruner,
+        )
+        self.trials: dict[str, Any] = {}
+        self.reported: dict[str, int] = {}
+        self.tails: dict[str, _EvalTail] = {}
+        self.pruned_at: dict[str, dict[str, Any]] = {}
+
+    @staticmethod
+    def startup_trials(run_cap: int | None) -> int:
+        """Random draws before TPE models the results: Optuna's 10, fewer for a small run_cap
+        (a third of it, at least 2) so that a 10-run search is not all random. From the file
+        only: --max-runs changes how many runs, never which."""
+        return 10 if run_cap is None else max(2, min(10, run_cap // 3))
+
+    def ask(self) -> Any:
+        return self.study.ask()
+
+    def suggest(self, trial: Any) -> dict[str, Any]:
+        """A config from the trial: categorical values by index, any other distribution
+        through its quantile in [0, 1) (the same inverse-CDF draw as random search)."""
+        values = {}
+        for p in self.sweep.params:
+            if p.fixed():
+                values[p.name] = p.draw(0.0)
+            elif p.distribution == "categorical":
+                choices = _unique(p.spec["values"])
+                index = trial.suggest_categorical(p.name, list(range(len(choices))))
+                values[p.name] = choices[index]
+            else:
+                u = trial.suggest_float(p.name, 0.0, 1.0)
+                values[p.name] = p.draw(min(u, 1.0 - 1e-12))
+        return values
+
+    def bind(self, run: PlannedRun, trial: Any) -> None:
+        self.trials[run.name] = trial
+        self.reported[run.name] = 0
+        self.tails[run.name] = _EvalTail(run.run_dir)
+
+    def watch(self, run: PlannedRun, upto: int | None = None) -> dict[str, Any] | None:
+        """Report the run's new eval rows; where Hyperband prunes it, say at which row."""
+        trial = self.trials[run.name]
+        rows = self.tails[run.name].read()[: upto if upto is not None else None]
+        for step in range(self.reported[run.name] + 1, len(rows) + 1):
+            value = rows[step - 1].get(self.metric.eval_key)
+            self.reported[run.name] = step
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            trial.report(float(value), step)
+            if self.pruning and trial.should_prune():
+                row = rows[step - 1]
+                verdict = {"step": step, "env_steps": row.get("env_steps"), "value": value}
+                self.pruned_at[run.name] = verdict
+                return verdict
+        return None
+
+    def tell(self, run: PlannedRun, status: str) -> None:
+        """End the run's trial: its value, pruned, or failed (a failure tells TPE nothing)."""
+        trial = self.trials.pop(run.name, None)
+        self.tails.pop(run.name, None)
+        if trial is None:
+            return
+        state = self.optuna.trial.TrialState
+        if status == "pruned":
+            self.study.tell(trial, state=state.PRUNED)
+            return
+        value = objective(run.run_dir, self.metric) if status in ("done", "skipped") else None
+        if value is None or not math.isfinite(value):
+            self.study.tell(trial, state=state.FAIL)
+        else:
+            self.study.tell(trial, value)
+
+    def replay(self, run: PlannedRun, trial: Any) -> str:
+        """Feed a finished run (an earlier session's, or a repeated proposal's) to a trial:
+        its eval rows up to where it was pruned, then its value (a failed run's: none)."""
+        self.bind(run, trial)
+        pruned = _read_json(run.run_dir / "pruned.json")
+        upto = int(pruned["step"]) if isinstance(pruned, dict) and "step" in pruned else None
+        self.watch(run, upto)
+        status = "pruned" if upto is not None else "skipped"
+        self.tell(run, status)
+        return status
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class FixedRuns:
+    """The runs of a grid or random search, planned up front, started in order."""
+
+    def __init__(self, runs: Sequence[PlannedRun]) -> None:
+        self.pending = list(runs)
+
+    def take(self, free: int, running: int) -> list[PlannedRun]:
+        taken, self.pending = self.pending[:free], self.pending[free:]
+        return taken
+
+    def finished(self, outcome: Outcome) -> None:
+        pass
+
+    @property
+    def exhausted(self) -> bool:
+        return not self.pending
+
+
+class BayesRuns:
+    """Runs proposed by TPE in batches of ``batch``: every trial of a batch is asked before
+    any is told, and told in trial order once the whole batch is over, so the proposals do
+    not depend on which run finished first. A proposal already finished on disk (an earlier
+    session) or met earlier is told its known result instead of running again.
+    """
+
+    def __init__(
+        self, search: Search, build: RunBuilder, count: int, batch: int, done: set[str]
+    ) -> None:
+        self.search, self.build, self.count, self.batch = search, build, count, batch
+        self.done_before = done
+        self.results: dict[str, str] = {}  # run name -> status, for every distinct config
+        self.asks = 0
+        self.max_asks = 100 * count + 100  # a small discrete space may hold fewer configs
+        self.open: list[tuple[Any, PlannedRun, bool]] = []  # (trial, run, runs this session)
+        self.exhausted = False
+        self.skipped: list[PlannedRun] = []
+
+    def take(self, free: int, running: int) -> list[PlannedRun]:
+        if running or self.open or self.exhausted:
+            return []
+        while not self.exhausted:
+            new = self._next_batch()
+            if new:
+                return new
+        return []
+
+    def _next_batch(self) -> list[PlannedRun]:
+        size = min(self.batch, self.count - len(self.results))
+        if size <= 0 or self.asks >= self.max_asks:
+            self.exhausted = True
+            return []
+        batch_names: set[str] = set()
+        to_run = []
+        for _ in range(size):
+            self.asks += 1
+            trial = self.search.ask()
+            try:
+                run = self.build(self.search.suggest(trial))
+            except SweepError as exc:  # a proposal that hybrid train would refuse
+                self.search.study.tell(trial, state=self.search.optuna.trial.TrialState.FAIL)
+                print(f"hybrid sweep: proposal refused: {exc}", file=sys.stderr)
+                continue
+            fresh = run.name not in self.results and run.name not in batch_names
+            runs_now = fresh and run.name not in self.done_before
+            if fresh and not runs_now:  # finished in an earlier session: with these values?
+                check_finished(run, self.build.sweep)
+            self.open.append((trial, run, runs_now))
+            if runs_now:
+                self.search.bind(run, trial)
+                to_run.append(run)
+            elif fresh:
+                self.skipped.append(run)
+            batch_names.add(run.name)
+        if not to_run:
+            self._close_batch()
+        return to_run
+
+    def finished(self, outcome: Outcome) -> None:
+        self.results[outcome.run.name] = outcome.status
+        if all(name in self.results for name in (r.name for _, r, now in self.open if now)):
+            self._close_batch()
+
+    def _close_batch(self) -> None:
+        for trial, run, runs_now in self.open:
+            if runs_now:  # bound when proposed: its rows were reported while it ran
+                status = self.results[run.name]
+                if status != "pruned":
+                    self.search.watch(run)
+                self.search.tell(run, status)
+            elif run.name in self.results:  # met before: its result again (runs are seeded)
+                self.search.replay(run, trial)
+            else:  # finished in an earlier session
+                self.results[run.name] = self.search.replay(run, trial)
+        self.open = []
+        if len(self.results) >= self.count:
+            self.exhausted = True
+
+
 def execute(
-    runs: Sequence[PlannedRun],
+    runs: Sequence[PlannedRun] | FixedRuns | BayesRuns,
     jobs: int,
     log_dir: Path,
     on_finish: Callable[[Outcome], None] = lambda outcome: None,
+    *,
+    backend: LocalBackend | RayBackend | None = None,
+    search: Search | None = None,
 ) -> list[Outcome]:
-    """Run each in its own process, ``jobs`` at a time; a failure does not stop the others.
+    """Run each on the backend, ``jobs`` at a time; a failure does not stop the others.
 
     stdout and stderr of a run go to ``log_dir/<name>.out`` / ``.err`` (its run directory
-    must be empty when hybrid train starts). Ctrl-C or SIGTERM stops the running children;
-    their directories stay incomplete and the next invocation reruns them; a runner that is
+    must be empty when hybrid train starts). With a ``search``, each running run's new eval
+    rows are reported as they appear, and a run that Hyperband prunes is stopped and marked
+    (``pruned.json`` in its directory). Ctrl-C or SIGTERM stops the running runs; their
+    directories stay incomplete and the next invocation reruns them; a runner that is
     SIGKILLed takes its running children with it (``_die_with_parent``).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, WANDB_MODE="offline")
-    for key in ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH"):
-        env.pop(key, None)  # a run started by this runner is never part of an online sweep
-    pending = list(runs)
-    running: dict[subprocess.Popen[bytes], tuple[PlannedRun, float]] = {}
+    backend = backend or LocalBackend(log_dir)
+    source = runs if isinstance(runs, (FixedRuns, BayesRuns)) else FixedRuns(runs)
+    running: dict[Any, tuple[PlannedRun, float]] = {}
     outcomes = []
+
+    def finish(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        if search is not None and isinstance(source, FixedRuns):
+            search.tell(outcome.run, outcome.status)
+        source.finished(outcome)
+        on_finish(outcome)
+
     try:
         with _sigterm_raises():
-            while pending or running:
-                while pending and len(running) < jobs:
-                    run = pending.pop(0)
-                    with (
-                        open(log_dir / f"{run.name}.out", "wb") as out,
-                        open(log_dir / f"{run.name}.err", "wb") as err,
-                    ):
-                        proc = subprocess.Popen(
-                            run.argv,
-                            stdout=out,
-                            stderr=err,
-                            stdin=subprocess.DEVNULL,
-                            env=env,
-                            **_die_with_parent(),
-                        )
-                    running[proc] = (run, time.monotonic())
-                finished = [p for p in running if p.poll() is not None]
+            while not source.exhausted or running:
+                for run in source.take(jobs - len(running), len(running)):
+                    running[backend.start(run)] = (run, time.monotonic())
+                finished = []
+                for handle, (run, start) in list(running.items()):
+                    try:
+                        code = backend.poll(handle)
+                    except _TaskLost as exc:
+                        del running[handle]
+                        finish(Outcome(run, "failed", time.monotonic() - start, str(exc)[:300]))
+                        continue
+                    if code is not None:
+                        finished.append((handle, code))
+                    elif search is not None and search.pruning:
+                        verdict = search.watch(run)
+                        if verdict is not None:
+                            backend.stop([handle])
+                            del running[handle]
+                            write_json(run.run_dir / "pruned.json", verdict)
+                            seconds = time.monotonic() - start
+                            finish(Outcome(run, "pruned", seconds, _pruned_text(verdict)))
                 if not finished:
                     time.sleep(0.05)
-                for proc in finished:
-                    run, start = running.pop(proc)
-                    outcome = _outcome(run, proc.returncode, time.monotonic() - start, log_dir)
-                    outcomes.append(outcome)
-                    on_finish(outcome)
+                for handle, code in finished:
+                    run, start = running.pop(handle)
+                    if search is not None:
+                        search.watch(run)
+                    finish(_outcome(run, code, time.monotonic() - start, log_dir))
     finally:
-        _stop(running)
+        if running:
+            backend.stop(list(running))
     return outcomes
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Atomically: a reader (a resumed sweep) sees all of it or nothing."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _pruned_text(verdict: dict[str, Any]) -> str:
+    steps = verdict.get("env_steps")
+    at = f" ({int(steps):,} env steps)" if isinstance(steps, int) else ""
+    return f"pruned at eval {verdict['step']}{at}, value {float(verdict['value']):.4g}"
 
 
 def _die_with_parent() -> dict[str, Any]:
@@ -947,60 +1519,124 @@ def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
 # --- the command --------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line, like every other hybrid error
-        raise SweepError(f"{message} (see hybrid sweep --help)")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    from hybrid.flags import OneLineParser
+
+    p = OneLineParser(
         prog="hybrid sweep",
-        description="Run a wandb-format sweep file locally and offline: grid or random "
-        "search, parallel runs, resumable (finished runs are skipped).",
+        description="Run a wandb-format sweep file offline: grid, random or bayes search, "
+        "hyperband early termination, parallel runs here or on a Ray cluster, resumable "
+        "(finished runs are skipped).",
     )
     p.add_argument("sweep", help="sweep YAML in wandb's format (see sweeps/README.md)")
     p.add_argument(
-        "--jobs", "-j", type=int, default=1, metavar="N", help="runs at once (default 1)"
+        "--jobs",
+        "-j",
+        type=int,
+        metavar="N",
+        help="runs at once (default: 1 locally; with --backend ray, as many as the cluster holds)",
     )
     p.add_argument("--out", help="directory of the run directories (default runs/<yaml name>)")
     p.add_argument(
         "--max-runs", type=int, metavar="K", help="run at most K runs (overrides run_cap)"
     )
     p.add_argument(
-        "--seed", type=int, default=0, metavar="S", help="seed of the random-search draws"
+        "--seed", type=int, default=0, metavar="S", help="seed of the random and bayes search"
+    )
+    p.add_argument(
+        "--backend",
+        default="local",
+        help="local: each run a process here; ray: each run a Ray task (default local)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default="",
+        metavar="ADDR",
+        help="with --backend ray: a running cluster (host:port or auto); default a local Ray",
+    )
+    p.add_argument(
+        "--cpus-per-run", type=float, default=1.0, metavar="C", help="Ray resources of a run"
+    )
+    p.add_argument(
+        "--gpus-per-run", type=float, default=0.0, metavar="G", help="Ray resources of a run"
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan; run and write nothing")
     return p
 
 
-def sweep_command(argv: Sequence[str]) -> int:
-    """``hybrid sweep SWEEP.yaml [--jobs N] [--out DIR] [--max-runs K] [--seed S] [--dry-run]``.
+def _check_args(args: argparse.Namespace) -> None:
+    if args.backend not in BACKENDS:
+        raise SweepError(f"--backend must be local or ray, got {args.backend!r}")
+    if args.jobs is not None and args.jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.max_runs is not None and args.max_runs < 1:
+        raise SweepError(f"--max-runs must be >= 1, got {args.max_runs}")
+    if args.seed < 0:
+        raise SweepError(f"--seed must be >= 0, got {args.seed}")
+    if args.backend != "ray":
+        for flag, value, default in (
+            ("--ray-address", args.ray_address, ""),
+            ("--cpus-per-run", args.cpus_per_run, 1.0),
+            ("--gpus-per-run", args.gpus_per_run, 0.0),
+        ):
+            if value != default:
+                raise SweepError(f"{flag} applies with --backend ray only")
+    if not (math.isfinite(args.cpus_per_run) and args.cpus_per_run >= 0):
+        raise SweepError(f"--cpus-per-run must be >= 0, got {args.cpus_per_run:g}")
+    if not (math.isfinite(args.gpus_per_run) and args.gpus_per_run >= 0):
+        raise SweepError(f"--gpus-per-run must be >= 0, got {args.gpus_per_run:g}")
 
-    Exit 0 when every run finished, 1 when a run failed, 2 on bad input (nothing started),
-    130 when interrupted.
+
+def _check_bayes(sweep: Sweep, build: RunBuilder) -> None:
+    """Before anything runs, every parameter's extremes (and each categorical value) must make
+    a config that hybrid train accepts: the proposals come later, one batch at a time."""
+    middle = {p.name: p.draw(0.5) for p in sweep.params}
+    for p in sweep.params:
+        if p.distribution == "categorical":
+            values = _unique(p.spec["values"])
+        else:
+            values = [p.draw(0.0), p.draw(1.0 - 1e-12)]
+        for value in values:
+            build({**middle, p.name: value})
+
+
+def sweep_command(argv: Sequence[str]) -> int:
+    """``hybrid sweep SWEEP.yaml [--jobs N] [--out DIR] [--max-runs K] [--seed S]
+    [--backend local|ray] [--ray-address ADDR] [--dry-run]``.
+
+    Exit 0 when every run finished (or was pruned), 1 when a run failed, 2 on bad input
+    (nothing started), 130 when interrupted.
     """
     from hybrid.flags import fail
 
     try:
         args = _parser().parse_args(list(argv))
-    except SweepError as exc:
-        return fail("sweep", str(exc))
-    except SystemExit as exc:  # --help
+    except SystemExit as exc:  # --help, or a bad flag (reported in one line)
         return int(exc.code or 0)
     try:
-        if args.jobs < 1:
-            raise SweepError(f"--jobs must be >= 1, got {args.jobs}")
-        if args.max_runs is not None and args.max_runs < 1:
-            raise SweepError(f"--max-runs must be >= 1, got {args.max_runs}")
-        if args.seed < 0:
-            raise SweepError(f"--seed must be >= 0, got {args.seed}")
+        _check_args(args)
         sweep = load_sweep(args.sweep)
         out = Path(args.out) if args.out else Path("runs") / sweep.name
-        runs = plan(sweep, out, args.max_runs, args.seed)
         if out.exists() and not out.is_dir():
             raise SweepError(f"--out {out} is a file")
-        done = {r.name for r in runs if is_complete(r.run_dir)}
-        stale = {r.name for r in runs if r.name not in done and r.run_dir.exists()}
+        searching = sweep.method == "bayes" or sweep.early_terminate is not None
+        if searching and importlib.util.find_spec("optuna") is None:
+            raise SweepError(
+                f"{sweep.path}: {'method: bayes' if sweep.method == 'bayes' else 'early_terminate'}"
+                " needs Optuna: pip install 'hybrid-rl[sweeps]'"
+            )
+        if sweep.method == "bayes":
+            runs: list[PlannedRun] = []
+            count = planned_runs(sweep, args.max_runs)
+            build = RunBuilder(sweep, out)
+            _check_bayes(sweep, build)
+            done = {d.name for d in out.iterdir() if is_finished(d)} if out.is_dir() else set()
+            stale = set()
+        else:
+            runs = plan(sweep, out, args.max_runs, args.seed)
+            count = len(runs)
+            done = {r.name for r in runs if is_finished(r.run_dir)}
+            stale = {r.name for r in runs if r.name not in done and r.run_dir.exists()}
         for run in runs:
             if run.name in done:
                 check_finished(run, sweep)
@@ -1012,55 +1648,147 @@ def sweep_command(argv: Sequence[str]) -> int:
     for note in sweep.notes:
         print(f"hybrid sweep: note: {note}", file=sys.stderr)
     todo = [r for r in runs if r.name not in done]
-    draws = f", draws seeded by --seed {args.seed}" if sweep.method == "random" else ""
+    seeded = f", seeded by --seed {args.seed}" if sweep.method in ("random", "bayes") else ""
+    where = "here" if args.backend == "local" else "on Ray"
+    jobs_text = f"{args.jobs} at a time" if args.jobs else "as many at once as it holds"
+    if args.backend == "local":
+        jobs_text = f"{args.jobs or 1} at a time"
+    if sweep.method == "bayes":
+        state = f"{len(done)} finished in {out}, proposed in batches"
+    else:
+        state = f"{len(done)} complete, {len(todo)} to run"
     print(
-        f"hybrid sweep: {sweep.path.name}: {sweep.method}, {len(runs)} runs -> {out}{draws}: "
-        f"{len(done)} complete, {len(todo)} to run, {args.jobs} at a time"
+        f"hybrid sweep: {sweep.path.name}: {sweep.method}, {count} runs -> {out}{seeded}: "
+        f"{state}, {jobs_text} {where}"
     )
+    if sweep.early_terminate is not None:
+        hb = sweep.early_terminate
+        print(
+            f"hybrid sweep: early_terminate: Optuna's Hyperband on {sweep.metric.eval_key} "
+            f"(min_iter {hb.min_iter}, max_iter {hb.max_iter or 'auto'}, eta {hb.eta})"
+        )
     if args.dry_run:
         for run in runs:
             state = "complete" if run.name in done else "incomplete" if run.name in stale else "new"
             flags = " ".join(run.argv[len(TRAIN_COMMAND) :])
             print(f"  {state:<10} {run.name}: hybrid train {flags}")
+        if sweep.method == "bayes":
+            print("  (bayes proposes each batch from the results of the runs before it)")
         return 0
 
     failed: list[Outcome] = []
+    outcomes: list[Outcome] = []
     finished = 0
+    total = len(todo) if sweep.method != "bayes" else count
 
     def report(outcome: Outcome) -> None:
         nonlocal finished
         finished += 1
-        head = f"[{finished}/{len(todo)}] {outcome.run.name}"
+        outcomes.append(outcome)
+        head = f"[{finished}/{total}] {outcome.run.name}"
         if outcome.status == "done":
             print(f"{head}: done in {outcome.seconds:.1f} s, {_result(outcome.run.run_dir)}")
+        elif outcome.status == "pruned":
+            print(f"{head}: {outcome.message} after {outcome.seconds:.1f} s")
         else:
             failed.append(outcome)
             print(f"{head}: FAILED after {outcome.seconds:.1f} s: {outcome.message}")
         sys.stdout.flush()
 
+    backend: LocalBackend | RayBackend | None = None
     try:
         with _locked(out):
             for run in todo:  # hybrid train refuses a non-empty --out
-                if run.name in stale and not is_complete(run.run_dir):
+                if run.name in stale and not is_finished(run.run_dir):
                     shutil.rmtree(run.run_dir)
-            execute(todo, args.jobs, out / ".logs", report)
+            log_dir = out / ".logs"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            if args.backend == "ray":
+                backend = RayBackend(
+                    log_dir, args.ray_address, args.cpus_per_run, args.gpus_per_run
+                )
+                jobs = args.jobs or backend.capacity
+            else:
+                backend = LocalBackend(log_dir)
+                jobs = args.jobs or 1
+            search = (
+                Search(sweep, args.seed)
+                if sweep.method == "bayes" or sweep.early_terminate
+                else None
+            )
+            source: FixedRuns | BayesRuns
+            if sweep.method == "bayes":
+                assert search is not None
+                source = BayesRuns(search, build, count, jobs, done)
+            else:
+                source = FixedRuns(todo)
+                if search is not None:  # one trial per run, numbered in plan order
+                    for run in runs:
+                        trial = search.ask()
+                        if run.name in done:
+                            search.replay(run, trial)
+                        else:
+                            search.bind(run, trial)
+            execute(source, jobs, log_dir, report, backend=backend, search=search)
     except SweepError as exc:
         return fail("sweep", str(exc))
     except KeyboardInterrupt:
         print(
-            f"hybrid sweep: interrupted after {finished} of {len(todo)} runs; "
+            f"hybrid sweep: interrupted after {finished} of {total} runs; "
             "rerun the same command to resume",
             file=sys.stderr,
         )
         return 130
+    finally:
+        if backend is not None:
+            backend.close()
 
-    print(f"\n{'done':<8} {finished - len(failed):>4}")
-    print(f"{'skipped':<8} {len(done):>4}  (already complete)")
+    pruned = sum(o.status == "pruned" for o in outcomes)
+    skipped = [*(r for r in runs if r.name in done)]
+    if isinstance(source, BayesRuns):
+        skipped = source.skipped
+    _write_summary(out, sweep, args.seed, outcomes, skipped)
+    print(f"\n{'done':<8} {finished - len(failed) - pruned:>4}")
+    if sweep.early_terminate is not None:
+        print(f"{'pruned':<8} {pruned:>4}  (early_terminate: hyperband)")
+    print(f"{'skipped':<8} {len(skipped):>4}  (already finished)")
     print(f"{'failed':<8} {len(failed):>4}")
+    print(f"summary: {out / SUMMARY_FILE}")
     for outcome in failed:
         log = out / ".logs" / f"{outcome.run.name}.err"
         print(f"  {outcome.run.name}: {outcome.message}  (log: {log})", file=sys.stderr)
     return 1 if failed else 0
+
+
+SUMMARY_FILE = "sweep_summary.json"
+
+
+def _write_summary(
+    out: Path, sweep: Sweep, seed: int, outcomes: Sequence[Outcome], skipped: Sequence[PlannedRun]
+) -> None:
+    """OUT/sweep_summary.json: every run of this invocation and its status (done, pruned,
+    failed, skipped: finished before), its parameter values and, with a metric, its value."""
+    rows = [(o.run, o.status, o.message) for o in outcomes]
+    rows += [(r, "pruned" if is_pruned(r.run_dir) else "skipped", "") for r in skipped]
+    entries = []
+    for run, status, message in rows:
+        entry: dict[str, Any] = {"name": run.name, "status": status, "values": run.values}
+        if sweep.metric is not None and status != "failed":
+            entry["value"] = objective(run.run_dir, sweep.metric)
+        if status == "pruned":
+            entry["pruned"] = _read_json(run.run_dir / "pruned.json")
+        if message and status == "failed":
+            entry["error"] = message
+        entries.append(entry)
+    summary: dict[str, Any] = {"sweep": str(sweep.path), "method": sweep.method, "seed": seed}
+    if sweep.metric is not None:
+        summary["metric"] = {"name": sweep.metric.name, "goal": sweep.metric.goal}
+        scored = [e for e in entries if e["status"] != "pruned" and e.get("value") is not None]
+        if scored:
+            pick = max if sweep.metric.goal == "maximize" else min
+            summary["best"] = pick(scored, key=lambda e: e["value"])["name"]
+    summary["runs"] = entries
+    write_json(out / SUMMARY_FILE, summary)
 
 
 def _result(run_dir: Path) -> str:

@@ -20,11 +20,13 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hybrid.cluster_profile import is_profile_path
-from hybrid.config import TrainConfig
 from hybrid.protocol import Update, Verdict
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 PROFILE_COPY = "cluster_profile.json"
 """Where a run on a measured profile (``--cluster PATH.json``) keeps a copy of it."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,8 +33,9 @@ from hybrid.algorithms.ppo import (
     ValueNorm,
     normalize_advantages,
 )
-from hybrid.config import ConfigError, TrainConfig
+from hybrid.errors import ConfigError
 from hybrid.nets import mlp
+from multiagent import critic_kind
 from multiagent.pettingzoo import (
     MultiAgentRollout,
     MultiAgentSpec,
@@ -42,6 +43,9 @@ from multiagent.pettingzoo import (
     describe_spec,
     parse_groups,
 )
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 MASKED = -1e9  # logit of an action an agent does not have (finite: no NaN in the entropy)
 
@@ -159,35 +163,6 @@ class MultiAgentActorCritic(nn.Module):
 # --- building -----------------------------------------------------------------------------------
 
 
-def critic_kind(cfg: TrainConfig) -> str:
-    """``central`` or ``local``: ``--critic`` if set, else what the algorithm prescribes."""
-    if cfg.critic != "auto":
-        return cfg.critic
-    return "central" if cfg.algo == "mappo" else "local"
-
-
-def check_config(cfg: TrainConfig) -> None:
-    """Multi-agent settings that only the env can check (agents, state()); ConfigErrors."""
-    spec = describe_spec(cfg.env)
-    parse_groups(spec, cfg.param_sharing)
-    if critic_kind(cfg) == "central" and spec.state_dim is None:
-        what = "mappo's centralized critic" if cfg.algo == "mappo" else "--critic central"
-        raise ConfigError(
-            f"critic: {what} is fed from state(), which {cfg.env} does not implement; "
-            "use --algo ippo or --critic local"
-        )
-    # Settings whose machinery wraps Gymnasium envs (PettingZoo envs have their own).
-    unsupported = {"wrappers": bool(cfg.wrappers)}
-    for name, used in unsupported.items():
-        if used:
-            raise ConfigError(f"{name}: not supported on multi-agent (PettingZoo) envs yet")
-    if cfg.algo not in MULTIAGENT_ALGOS:
-        raise ConfigError(
-            f"algo: {cfg.algo!r} does not run on multi-agent envs; "
-            f"choose one of {', '.join(MULTIAGENT_ALGOS)}"
-        )
-
-
 def build_model(cfg: TrainConfig, info: Any = None, worker_id: int = -1) -> MultiAgentActorCritic:
     del info, worker_id
     spec = describe_spec(cfg.env)
@@ -296,9 +271,6 @@ def _prepare(cfg: TrainConfig) -> Any:
 
 
 # --- registry entries (hybrid.algorithms.Algorithm fields) ------------------------------------
-
-MULTIAGENT_ALGOS = ("mappo", "ippo", "ppo", "a2c")
-"""What runs on a PettingZoo env: ``ppo`` is IPPO there; ``a2c`` one gradient per task."""
 
 
 def worker_settings(cfg: TrainConfig) -> PPOSettings:

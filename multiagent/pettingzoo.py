@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from hybrid.checkpoint import register_payload
-from hybrid.config import ConfigError
+from hybrid.errors import ConfigError
 from hybrid.normalization import (
     NormalizationSettings,
     ObsNormalizer,

@@ -81,17 +81,21 @@ for scheduler in ["async", "sync"]:
     md("""
 ## Learning curves
 
-Each run's `metrics.jsonl` holds one row per event; `Result.metrics("eval")` reads
-the evaluation rows back. The x-axis is environment steps, so the comparison is
-about sample efficiency.
+Each run's `metrics.jsonl` holds one row per event. `hybrid.load_runs` reads the
+evaluation rows of many runs into one pandas DataFrame (`result.frame("eval")` does it
+for one run), with every config field as a column to group by. The x-axis is
+environment steps, so the comparison is about sample efficiency.
+"""),
+    code("""
+evals = hybrid.load_runs(results.values(), "eval")
+evals[["scheduler", "seed", "env_steps", "eval/return_mean"]].head()
 """),
     code("""
 import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
-for (scheduler, seed), result in results.items():
-    rows = result.metrics("eval")
-    ax.plot([r["env_steps"] for r in rows], [r["eval/return_mean"] for r in rows],
+for (scheduler, seed), run in evals.groupby(["scheduler", "seed"]):
+    ax.plot(run["env_steps"], run["eval/return_mean"],
             label=f"{scheduler} (seed {seed})", color="C0" if scheduler == "async" else "C1")
 ax.axhline(475, ls="--", color="grey", lw=1)
 ax.set_xlabel("environment steps")
@@ -169,7 +173,6 @@ The serial runtime's virtual clock makes the stragglers a config line
 SCALE = 1  # 10: paper-sized (five seeds, larger budget)
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 import hybrid
 from hybrid import TrainConfig
@@ -201,17 +204,13 @@ A tight bound makes fast workers wait for stragglers (less progress per second);
 a loose one applies staler gradients (less progress per sample).
 """),
     code("""
-def curve(result, x):
-    rows = result.metrics("eval")
-    return np.array([r[x] for r in rows]), np.array([r["eval/return_mean"] for r in rows])
-
-
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
 for i, bound in enumerate(BOUNDS):
+    evals = hybrid.load_runs([runs[bound, False, seed] for seed in SEEDS], "eval")
+    evals["k"] = evals.groupby("run").cumcount()  # the k-th evaluation of each run
+    mean = evals.groupby("k")[["virtual_s", "env_steps", "eval/return_mean"]].mean()
     for x, ax in zip(["virtual_s", "env_steps"], axes):
-        xs, ys = zip(*(curve(runs[bound, False, seed], x) for seed in SEEDS))
-        n = min(len(v) for v in ys)
-        ax.plot(np.mean([v[:n] for v in xs], 0), np.mean([v[:n] for v in ys], 0),
+        ax.plot(mean[x], mean["eval/return_mean"],
                 color=f"C{i}", label="s=∞ (async)" if bound is None else f"s={bound}")
 axes[0].set_xlabel("virtual time (s)")
 axes[1].set_xlabel("environment steps")
@@ -222,31 +221,22 @@ plt.show()
     md("""
 ## The table
 
-`hybrid.analysis.compare` aggregates over seeds with the interquartile mean and a
-stratified-bootstrap 95% CI, and writes the same table `hybrid compare` writes
-(Markdown and LaTeX) plus figures.
+`hybrid.compare` aggregates over seeds with the interquartile mean and a
+stratified-bootstrap 95% CI. It returns the table (shown below; `comparison.table` is
+the DataFrame), the figures (`comparison.figures`) and `save`, which writes what
+`hybrid compare` writes: Markdown and LaTeX tables, `results.json` and the figures.
 """),
     code("""
-from IPython.display import Markdown, display
-
-from hybrid.analysis import compare
-
-comparison = compare([r.run_dir for r in runs.values()], "runs/staleness/report",
-                     group_by=["scheduler", "staleness_bound", "staleness_aware_lr"])
-display(Markdown(comparison.to_markdown()))
+comparison = hybrid.compare(runs.values(),
+                            group_by=["scheduler", "staleness_bound", "staleness_aware_lr"])
+comparison.save("runs/staleness/report")
+comparison
 """),
     code("""
-staleness = {
-    ("∞" if b is None else str(b)): runs[b, False, SEEDS[0]].summary["staleness_mean"]
-    for b in BOUNDS
-}
-virtual = {
-    ("∞" if b is None else str(b)): np.mean([runs[b, False, s].summary["virtual_time_s"]
-                                            for s in SEEDS])
-    for b in BOUNDS
-}
-print("mean staleness by bound:", {k: round(v, 2) for k, v in staleness.items()})
-print("virtual seconds for the budget:", {k: round(v, 1) for k, v in virtual.items()})
+# Mean staleness and virtual seconds for the budget, by bound (mean over seeds).
+summary = hybrid.load_runs(runs.values(), "summary")
+summary = summary[~summary["staleness_aware_lr"]]
+summary.groupby("staleness_bound", dropna=False)[["staleness_mean", "virtual_time_s"]].mean()
 """),
 ]
 
@@ -295,19 +285,25 @@ for name, extra in SCHEDULERS.items():
               f"solved at {s['env_steps_to_solve']}  staleness {s['staleness_mean']:.2f}")
 """),
     code("""
-from IPython.display import Image, Markdown, display
-
-from hybrid.analysis import compare
-
-comparison = compare([r.run_dir for r in results], "runs/compare/report")
-display(Markdown(comparison.to_markdown()))
+comparison = hybrid.compare(results, group_by="scheduler")
+comparison
+"""),
+    md("""
+`comparison.table` is the same table as a DataFrame, numbers with their CI bounds
+in columns, ready for pandas:
+"""),
+    code("""
+comparison.table[["iqm", "iqm_low", "iqm_high", "solved", "staleness_mean"]]
 """),
     md("""
 Learning curves (IQM over seeds, 95% CI bands) against environment steps and
-against the virtual clock; the same figures are written as PNG and PDF, with
+against the virtual clock. `save` writes every figure as PNG and PDF, with
 `table.tex` ready to `\\input` in a paper.
 """),
     code("""
+from IPython.display import Image, display
+
+comparison.save("runs/compare/report")
 display(Image("runs/compare/report/curves_env_steps.png"))
 display(Image("runs/compare/report/curves_time.png"))
 print(open("runs/compare/report/table.tex").read())
@@ -426,11 +422,11 @@ for algo in ["mappo", "ippo"]:
                   f"{s['env_steps_per_s']:,.0f} joint steps/s")
 """),
     code("""
+evals = hybrid.load_runs(runs.values(), "eval")
 fig, ax = plt.subplots(figsize=(6.5, 3.5))
-for i, ((algo, scheduler, seed), result) in enumerate(runs.items()):
-    rows = result.metrics("eval")
-    ax.plot([r["env_steps"] for r in rows], [r["eval/return_mean"] for r in rows],
-            label=f"{algo} / {scheduler}", color=f"C{i}")
+for i, ((algo, scheduler, seed), run) in enumerate(evals.groupby(["algo", "scheduler", "seed"])):
+    ax.plot(run["env_steps"], run["eval/return_mean"], label=f"{algo} / {scheduler}",
+            color=f"C{i}")
 random = next(iter(runs.values())).summary["random_return_mean"]
 ax.axhline(random, ls="--", color="grey", lw=1, label="random policy")
 ax.set_xlabel("joint environment steps")
@@ -527,7 +523,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
-from IPython.display import Markdown, display
+from IPython.display import display
 
 import hybrid
 from hybrid import Scheduler, TrainConfig, Update, Verdict
@@ -618,17 +614,15 @@ for name, extra in CANDIDATES.items():
     md("""
 ## IQM with 95% confidence intervals
 
-`hybrid.analysis.compare` groups the runs by scheduler, takes the interquartile mean
+`hybrid.compare` groups the runs by scheduler, takes the interquartile mean
 of the final evaluation return over seeds with a stratified-bootstrap 95% CI, and
 estimates the probability that one scheduler's final return beats another's. With
 three seeds the intervals are wide: set `SCALE = 10` before reading anything into them.
 """),
     code("""
-from hybrid.analysis import compare
-
-comparison = compare([r.run_dir for r in results], "runs/own_scheduler/report",
-                     x_axes=["env_steps"])
-display(Markdown(comparison.to_markdown()))
+comparison = hybrid.compare(results, x_axes=["env_steps"])
+comparison.save("runs/own_scheduler/report")
+comparison
 """),
     code("""
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -647,11 +641,8 @@ samples for freshness: compare the staleness each rule lets through with what it
 throws away.
 """),
     code("""
-for label, group in comparison.groups.items():
-    dropped = sum(r.summary["dropped"] for r in results if r.config.scheduler == label)
-    tasks = sum(r.summary["tasks"] for r in results if r.config.scheduler == label)
-    print(f"{label:10s} mean staleness {group.staleness_mean:.2f} (max {group.staleness_max}), "
-          f"dropped {dropped}/{tasks} gradients")
+counts = hybrid.load_runs(results, "summary").groupby("scheduler")[["dropped", "tasks"]].sum()
+display(comparison.table[["staleness_mean", "staleness_max"]].join(counts))
 
 # The rule held: no gradient older than max_staleness reached θ.
 assert comparison.groups["drop-stale"].staleness_max <= CANDIDATES["drop-stale"][

@@ -1,4 +1,4 @@
-"""Tests for hybrid.stats (against hand-computed values) and hybrid.analysis.compare."""
+"""Tests for hybrid.stats (against hand-computed values) and hybrid.analysis: compare, frames."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from hybrid.analysis import (
     CompareError,
     Comparison,
     compare,
+    frame,
     load_run,
+    load_runs,
     read_jsonl,
 )
 from hybrid.stats import (
@@ -522,3 +524,130 @@ def test_compare_cli_refusals_are_one_line_exit_2(tmp_path: Path, capsys) -> Non
         assert expected in err and "Traceback" not in err, err
         assert len(err.splitlines()) == 1, err
     assert a_file.read_text() == "not a folder"
+
+
+# ------------------------------------------------------------------------ data frames
+
+
+def test_frame_kinds_and_config_columns(tmp_path: Path) -> None:
+    d = make_runs(tmp_path)[5]  # async seed 0: 11 train, 11 span and 6 eval rows
+    (d / "spans.jsonl").write_text(
+        '{"worker": 0, "start": 0.0, "upload_start": 0.5, "end": 1.0, "staleness": 0}\n'
+        '{"worker": 1, "start": 0.0, "upload_start": 0.7, "end": 1.5, "staleness": 1}\n{"tor'
+    )
+    metrics = frame(d)
+    assert len(metrics) == 28 and list(metrics.columns[:2]) == ["run", "kind"]
+    assert set(metrics["run"]) == {str(d)}
+    ev = frame(d, "eval")
+    assert ev["env_steps"].tolist() == [0, 1000, 2000, 3000, 4000, 5000]
+    assert ev["eval/return_mean"].iloc[-1] == pytest.approx(ASYNC_SCORES[0])
+    # Every config field is a column, constant over the run's rows.
+    assert (ev["scheduler"] == "async").all() and (ev["staleness_bound"] == 4).all()
+    assert len(frame(d, "train")) == 11
+    spans = frame(d, "spans")
+    assert spans["staleness"].tolist() == [0, 1]  # the torn last line is skipped
+    summary = frame(d, "summary")
+    assert len(summary) == 1 and summary["final_eval_return"].iloc[0] == ASYNC_SCORES[0]
+    assert list(frame(d, "config").columns) == ["run", *json.loads((d / "config.json").read_text())]
+    assert "scheduler" not in frame(d, "eval", config=False).columns
+    assert list(frame(d, "eval", config=["seed"]).columns)[-1] == "seed"
+    with pytest.raises(ValueError, match=r"kind: 'evals' is not one of metrics, train, eval"):
+        frame(d, "evals")
+    with pytest.raises(FileNotFoundError, match="kind='spans'"):
+        frame(make_runs(tmp_path / "other")[0], "spans")
+
+
+def test_frame_config_field_never_hides_a_logged_value(tmp_path: Path) -> None:
+    d = make_run(tmp_path, "r", {"env": "CartPole-v1", "env_steps": -1}, 10.0)
+    ev = frame(d, "eval")
+    assert ev["env_steps"].iloc[-1] == STEPS
+    assert (ev["config/env_steps"] == -1).all()
+
+
+def test_load_runs_paths_globs_folders_results(tmp_path: Path) -> None:
+    dirs = make_runs(tmp_path)
+    assert len(load_runs(tmp_path, "config")) == 10  # a folder is searched
+    syncs = load_runs(str(tmp_path / "sync_*"), "config")
+    assert syncs["run"].tolist() == [str(d) for d in dirs[:5]]
+    # Duplicates collapse; a Result-like object is read from its run_dir.
+    result = type("R", (), {"run_dir": dirs[0]})()
+    assert len(load_runs([dirs[0], str(dirs[0]), result], "summary")) == 1
+    ev = load_runs(tmp_path, "eval")
+    last = ev[ev["env_steps"] == STEPS].groupby("scheduler")["eval/return_mean"].mean()
+    assert last["sync"] == pytest.approx(np.mean(SYNC_SCORES))
+    make_run(tmp_path, "unfinished", {"env": "CartPole-v1"}, 5.0, finished=False)
+    with pytest.warns(AnalysisWarning, match="unfinished: no data for kind='summary'"):
+        assert len(load_runs(tmp_path, "summary")) == 10
+    assert len(load_runs(tmp_path, "eval")) == 11 * 6
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_runs(tmp_path / "nope")
+    assert load_runs([], "eval").empty
+
+
+def test_result_frame_reads_its_run_dir(tmp_path: Path) -> None:
+    from hybrid.core.loop import Result
+
+    d = make_runs(tmp_path)[0]
+    result = Result(run_dir=d, config=None, summary={}, params=None)  # type: ignore[arg-type]
+    assert result.frame("eval").equals(frame(d, "eval"))
+    assert len(result.frame()) == len(result.metrics())
+
+
+def test_compare_returns_the_report_without_writing(
+    report: tuple[Comparison, Path, list[Path]], tmp_path: Path
+) -> None:
+    comp, out, dirs = report
+    again = compare(dirs, reps=500)  # no out: nothing written
+    assert again.paths == {}
+    assert again.to_markdown() == comp.to_markdown()
+    table = again.table
+    assert table.index.tolist() == ["async", "sync"]
+    assert table.loc["sync", "iqm"] == pytest.approx(300.0)
+    assert table.loc["async", "mean"] == pytest.approx(220.0)
+    assert table.loc["sync", "iqm_low"] <= 300.0 <= table.loc["sync", "iqm_high"]
+    assert table.loc["sync", "solved"] == 3 and table.loc["async", "runs"] == 5
+    assert table.loc["async", "scheduler"] == "async"  # the grouping fields are columns
+    p = again.improvement_table
+    assert p.loc["sync", "async"] == pytest.approx(comp.improvement["sync", "async"].value)
+    assert p.loc["sync", "async"] + p.loc["async", "sync"] == pytest.approx(1.0)
+    assert set(again.figures) == {
+        "curves_env_steps",
+        "curves_time",
+        "staleness",
+        "steps_to_solve",
+        "profile",
+    }
+    # save() writes what compare(..., out) and the CLI write, byte for byte.
+    paths = again.save(tmp_path / "saved")
+    assert sorted(paths) == sorted(EXPECTED_FILES)
+    for name in EXPECTED_FILES:
+        if name == "results.json":
+            a, b = (json.loads((o / name).read_text()) for o in (out, tmp_path / "saved"))
+            assert a.pop("files") != b.pop("files")
+            assert a == b
+        elif not name.endswith(".png"):  # PNGs embed nothing variable either, but are big
+            assert (out / name).read_bytes() == (tmp_path / "saved" / name).read_bytes(), name
+
+
+def test_compare_accepts_globs_and_renders_html(tmp_path: Path) -> None:
+    make_runs(tmp_path)
+    comp = compare(str(tmp_path / "*_[0-2]"), group_by="scheduler", reps=50, x_axes=())
+    assert [g.n_runs for g in comp.groups.values()] == [3, 3]
+    html = comp._repr_html_()
+    assert "<table" in html and ">async<" in html and ">sync<" in html
+    assert "P(row &gt; column)" in html
+    with pytest.raises(CompareError, match=r"runs: '.*nope' does not exist"):
+        compare(tmp_path / "nope")
+
+
+def test_start_up_does_not_import_pandas() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hybrid, hybrid.analysis, hybrid.cli, hybrid.core.loop; "
+        "hybrid.compare, hybrid.load_runs; "
+        "print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -21,15 +21,15 @@ import torch
 from conftest import crash_copy, make_update, metric_rows
 
 import hybrid
-from federated.clients import (
+from federated.evaluation import client_returns, fairness
+from hybrid.cli import parse_train_args
+from hybrid.clients import (
     CARTPOLE_RANGES,
     ClientCostModel,
     clients_per_round,
     make_profiles,
     set_physics,
 )
-from federated.evaluation import client_returns, fairness
-from hybrid.cli import parse_train_args
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step
 from hybrid.core.loop import initial_params, make_task
@@ -620,7 +620,7 @@ RSS_SCRIPT = textwrap.dedent(
     import json, resource, sys, tempfile
     import hybrid
     from hybrid import TrainConfig
-    from federated.clients import clients_per_round
+    from hybrid.clients import clients_per_round
     k = int(sys.argv[1])
     m = clients_per_round(0.1, k)
     cfg = TrainConfig(

@@ -18,10 +18,13 @@ from torch import nn
 from hybrid.algorithms.a2c import a2c_loss, a2c_vtrace_loss
 from hybrid.algorithms.nstep_q import apex_epsilon, nstep_q_loss, nstep_transitions, q_replay_loss
 from hybrid.algorithms.rollout import Rollout
-from hybrid.config import ConfigError, TrainConfig
+from hybrid.envs import env_family
+from hybrid.errors import ConfigError
 from hybrid.nets import ActorCritic, QNetwork
+from hybrid.plugins import resolve
 
 if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
     from hybrid.core.learner import Learner
     from hybrid.envs import EnvInfo
 
@@ -164,12 +167,9 @@ def _multiagent_form(single: Algorithm | None) -> Algorithm:
     schedulers and the runtimes look up ``ALGORITHMS[cfg.algo]`` as for any algorithm."""
 
     def pick(cfg: TrainConfig) -> Algorithm:
-        from hybrid.envs import is_multiagent_id
-
-        if is_multiagent_id(cfg.env):
-            from multiagent.mappo import MULTIAGENT
-
-            return MULTIAGENT
+        family = env_family(cfg.env)
+        if family is not None:
+            return resolve(family.algorithm)  # type: ignore[no-any-return]
         if single is None:
             raise ConfigError(
                 f"algo: {cfg.algo} needs a multi-agent PettingZoo env (e.g. "

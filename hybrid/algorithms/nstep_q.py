@@ -112,15 +112,22 @@ def nstep_transitions(
 def q_replay_loss(
     model: QNetwork, batch: dict[str, np.ndarray], weights: np.ndarray
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Importance-weighted double-Q TD loss of a replay minibatch; also the |TD errors|."""
-    obs = torch.from_numpy(batch["obs"]).float()
-    next_obs = torch.from_numpy(batch["next_obs"]).float()
-    actions = torch.from_numpy(batch["action"]).long().unsqueeze(-1)
+    """Importance-weighted double-Q TD loss of a replay minibatch; also the |TD errors|.
+
+    The minibatch comes from the replay (numpy, CPU) and goes to the model's device."""
+    device = next(model.parameters()).device
+
+    def tensor(array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(device)
+
+    obs = tensor(batch["obs"]).float()
+    next_obs = tensor(batch["next_obs"]).float()
+    actions = tensor(batch["action"]).long().unsqueeze(-1)
     with torch.no_grad():
         best = model(next_obs).argmax(-1, keepdim=True)  # double Q: choose online, value target
         next_q = model.target_q(next_obs).gather(-1, best).squeeze(-1)
-        target = torch.from_numpy(batch["reward"]) + torch.from_numpy(batch["discount"]) * next_q
+        target = tensor(batch["reward"]) + tensor(batch["discount"]) * next_q
     q_taken = model(obs).gather(-1, actions).squeeze(-1)
     td = target - q_taken
-    loss = (torch.from_numpy(weights).float() * 0.5 * td.pow(2)).mean()
+    loss = (tensor(weights).float() * 0.5 * td.pow(2)).mean()
     return loss, td.detach().abs()

@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -58,11 +58,13 @@ from torch import nn
 
 from hybrid.algorithms.a2c import gae
 from hybrid.algorithms.rollout import Rollout, concat_rollouts
-from hybrid.config import TrainConfig
 from hybrid.core.global_model import GlobalModel
 from hybrid.core.learner import Learner
 from hybrid.nets import FlatParams
 from hybrid.protocol import Step
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 
 class ValueNorm:
@@ -239,9 +241,11 @@ def prepare_rollout(
     T, E = rollout.rewards.shape
     obs = rollout.obs.reshape(T * E, -1)
     finals = list(rollout.final_obs.items())
+    # The model may be on a learner's device; GAE runs on CPU (numpy), as the rollout is.
+    device = next(model.parameters()).device
     with torch.no_grad():
         inputs = [obs, rollout.last_obs] + [o.unsqueeze(0) for _, o in finals]
-        raw = model.value(torch.cat(inputs))
+        raw = model.value(torch.cat(inputs).to(device)).cpu()
         v = value_norm.denormalize(raw) if value_norm is not None else raw
         rewards = rollout.rewards.numpy().copy()
         final_v = v[(T + 1) * E :].numpy()
@@ -262,7 +266,8 @@ def prepare_rollout(
         if rollout.behaviour_logp is not None:
             old_logp = rollout.behaviour_logp.reshape(-1)
         elif with_old_logp:
-            old_logp, _ = model.log_prob_entropy(obs, actions)
+            old_logp, _ = model.log_prob_entropy(obs.to(device), actions.to(device))
+            old_logp = old_logp.cpu()
         else:
             old_logp = torch.zeros(T * E)
         advantages = adv.reshape(-1)
@@ -487,6 +492,9 @@ class PPOLearner(Learner):
         batch = self.prepare(
             self.model, self.concat(step.batch), self.value_norm, s.batch_normalizes, True
         )
+        from hybrid.core.learner import to_device
+
+        batch = to_device(batch, self.device)  # the epochs run where the model is
         for index in minibatches(len(batch), s.minibatches, s.epochs, self.generator):
             self.flat.load(model.params)  # each step builds on the last one applied
             self.flat.zero_grad()

@@ -18,7 +18,7 @@ import torch
 
 from hybrid.checkpoint import register_payload
 from hybrid.env_state import load_vector_env_state, vector_env_state
-from hybrid.envs import EnvInfo
+from hybrid.envs import EnvInfo, env_family
 from hybrid.nets import ActorCritic
 from hybrid.normalization import (
     NormalizationSettings,
@@ -26,6 +26,7 @@ from hybrid.normalization import (
     RewardScaler,
     RunnerNormalization,
 )
+from hybrid.plugins import resolve
 
 
 @register_payload  # an actor's trajectory payload, restored from checkpoints by name
@@ -205,10 +206,9 @@ def make_runner(
     normalization: NormalizationSettings | None = None,
 ) -> Runner:
     """The runner for a worker's envs: ``EnvRunner``, or the multi-agent one for PettingZoo."""
-    if info.multiagent:
-        from multiagent.pettingzoo import MultiAgentRunner
-
-        return MultiAgentRunner(envs, seed, info, normalization)  # type: ignore[arg-type]
+    family = env_family(info.env_id) if info.multiagent else None
+    if family is not None:
+        return resolve(family.runner)(envs, seed, info, normalization)  # type: ignore[no-any-return]
     return EnvRunner(envs, seed, info, normalization)
 
 

@@ -38,8 +38,11 @@ class GlobalModel:
         obs_norm_dim: int | tuple[int, ...] = 0,
         server_beta1: float = 0.9,
         server_beta2: float = 0.99,
+        device: str | torch.device = "cpu",
     ) -> None:
-        self.param = torch.nn.Parameter(params.detach().clone().float(), requires_grad=False)
+        self.device = torch.device(device)
+        param = params.detach().clone().float().to(self.device)
+        self.param = torch.nn.Parameter(param, requires_grad=False)
         self.version = 0
         # A target network (Q-learning) is server state: every worker bootstraps from the
         # same θ⁻, refreshed every ``target_every`` versions.
@@ -66,7 +69,12 @@ class GlobalModel:
 
     @property
     def params(self) -> torch.Tensor:
+        """θ where it lives (``device``); ``snapshot`` and ``view`` hand out CPU copies."""
         return self.param.data
+
+    def view(self) -> GlobalModel | CpuView:
+        """What a scheduler reads: this model on CPU, else a view that copies θ to CPU."""
+        return self if self.device.type == "cpu" else CpuView(self)
 
     def snapshot(
         self,
@@ -75,12 +83,13 @@ class GlobalModel:
         *,
         copy: bool = True,
     ) -> Snapshot:
-        """θ, the version and the server's extras for a task; ``copy=False`` hands out the
+        """θ, the version and the server's extras for a task, on CPU (workers act on CPU: a
+        model on another device is copied at this boundary); ``copy=False`` hands out the
         live θ (``appliers.WorkersApply``: Hogwild! workers read the shared θ themselves)."""
-        extras = {"target": self.target.clone()} if self.target is not None else {}
+        extras = {"target": _cpu_copy(self.target)} if self.target is not None else {}
         if self.obs_stats is not None:
             extras.update(self.obs_stats.extras())
-        params = self.param.data.clone() if copy else self.param.data
+        params = _cpu_copy(self.param.data) if copy else self.param.data
         return Snapshot(params, self.version, extras=extras, task=task, progress=progress)
 
     def observe(self, update: Update) -> None:
@@ -100,6 +109,7 @@ class GlobalModel:
         direction = step.direction
         if direction is None:
             raise ValueError("a Step without a direction must go through a learner first")
+        direction = direction.to(self.device)  # workers' directions arrive on CPU
         norm = float(torch.linalg.vector_norm(direction))
         if step.clip and self.max_grad_norm > 0 and norm > self.max_grad_norm:
             direction = direction * (self.max_grad_norm / (norm + 1e-6))
@@ -129,6 +139,8 @@ class GlobalModel:
         statistics are created now (as the optimizer would on its first step: zeros, or
         FedOpt's v = τ²) so that they exist before any worker starts.
         """
+        if self.device.type != "cpu":  # learner_device keeps such runs on CPU
+            raise ValueError(f"Hogwild! needs θ in CPU memory; this model is on {self.device}")
         if self.shared is None:
             state = self.optimizer.state[self.param]
             if not state:
@@ -148,10 +160,10 @@ class GlobalModel:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "params": self.param.data.clone(),
+            "params": _cpu_copy(self.param.data),
             "version": self.version,
             "optimizer": self.optimizer.state_dict(),
-            "target": None if self.target is None else self.target.clone(),
+            "target": None if self.target is None else _cpu_copy(self.target),
             "obs_stats": None if self.obs_stats is None else self.obs_stats.state_dict(),
         }
 
@@ -175,11 +187,42 @@ class GlobalModel:
         return params_sha256(self.param.data)
 
 
+class CpuView:
+    """A model on another device as a scheduler reads it: θ copied to CPU at each read."""
+
+    def __init__(self, model: GlobalModel) -> None:
+        self._model = model
+
+    @property
+    def params(self) -> torch.Tensor:
+        return self._model.params.cpu()
+
+    @property
+    def version(self) -> int:
+        return self._model.version
+
+
+def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
+    # .cpu() of a device tensor is a new tensor already; of a CPU one it is the same tensor.
+    return tensor.clone() if tensor.device.type == "cpu" else tensor.cpu()
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is cuda when torch finds a GPU, else cpu; ``cpu`` and ``cuda`` are themselves."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def build_global_model(
-    cfg: TrainConfig, params: torch.Tensor, obs_shape: int | tuple[int, ...] = 0
+    cfg: TrainConfig,
+    params: torch.Tensor,
+    obs_shape: int | tuple[int, ...] = 0,
+    device: str | torch.device = "cpu",
 ) -> GlobalModel:
     """The global model ``cfg`` asks for, starting from ``params``; ``obs_shape`` is that of
-    the observation statistics (``EnvInfo.obs_stats_shape``), kept with ``--normalize-obs``."""
+    the observation statistics (``EnvInfo.obs_stats_shape``), kept with ``--normalize-obs``.
+    ``device``: the run's (``learner_device`` in the loop); worker processes keep cpu."""
     return GlobalModel(
         params,
         optimizer=cfg.optimizer,
@@ -193,6 +236,7 @@ def build_global_model(
         obs_norm_dim=obs_shape if cfg.normalize_obs else 0,
         server_beta1=cfg.server_beta1,
         server_beta2=cfg.server_beta2,
+        device=device,
     )
 
 
@@ -228,7 +272,7 @@ def initial_optimizer_state(
 
 
 def params_sha256(params: torch.Tensor) -> str:
-    return hashlib.sha256(params.detach().contiguous().numpy().tobytes()).hexdigest()
+    return hashlib.sha256(params.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
 OPTIMIZERS = ("adam", "rmsprop", "sgd", *FEDOPT_RULES)

@@ -11,6 +11,7 @@ on each other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,8 +26,39 @@ from hybrid.protocol import Step
 from hybrid.replay import PrioritizedReplay, UniformReplay, beta_schedule
 
 
+def to_device(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor in it (dataclass fields, dicts, lists) on ``device``.
+
+    The learner's batch arrives from the workers on CPU. On CPU nothing is copied: ``.to``
+    returns the very tensor, so a CPU run computes exactly what it did before devices.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {
+            f.name: to_device(getattr(value, f.name), device) for f in dataclasses.fields(value)
+        }
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_device(v, device) for v in value]
+    return value
+
+
 class Learner:
     """Pass-through: gradients and pseudo-gradients are applied as they are."""
+
+    device = torch.device("cpu")
+
+    def to(self, device: torch.device) -> Learner:
+        """Compute on ``device`` (the global model's): the model moves, batches follow it."""
+        self.device = device
+        model = getattr(self, "model", None)
+        if model is not None:
+            model.to(device)
+            self.flat = FlatParams(model)  # .to replaced the views of the old flat buffer
+        return self
 
     def steps(self, step: Step, model: GlobalModel, progress: float) -> Iterator[Step]:
         yield step
@@ -89,7 +121,7 @@ class TrajectoryLearner(Learner):
         self.lags.add(step.lags)
         self.flat.load(model.params)
         self.flat.zero_grad()
-        loss, stats = self.loss_fn(self.model, concat_rollouts(step.batch))
+        loss, stats = self.loss_fn(self.model, to_device(concat_rollouts(step.batch), self.device))
         loss.backward()
         for name, value in stats.items():
             self.losses.setdefault(name, []).append(value)
@@ -150,7 +182,7 @@ class ReplayLearner(Learner):
             self.flat.zero_grad()
             loss, td_errors = self.loss_fn(self.model, batch, weights)
             loss.backward()
-            self.replay.update_priorities(indices, td_errors.numpy())
+            self.replay.update_priorities(indices, td_errors.cpu().numpy())
             self.losses.append(float(loss.detach()))
             yield Step(self.flat.grad(), step.lr_scale)
 

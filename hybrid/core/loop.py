@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,7 +33,13 @@ from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to
 from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.appliers import SERVER_APPLIES, Applier
-from hybrid.core.global_model import GlobalModel, all_finite, build_global_model, params_sha256
+from hybrid.core.global_model import (
+    GlobalModel,
+    all_finite,
+    build_global_model,
+    params_sha256,
+    resolve_device,
+)
 from hybrid.core.learner import Learner
 from hybrid.core.worker import build_model
 from hybrid.defaults import apply_env_defaults, apply_runtime_defaults
@@ -51,6 +57,9 @@ from hybrid.schedulers import (
 )
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
 from hybrid.tracking import CallbackLike, Callbacks, Tracker, write_json_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd  # only for Result.frame's annotation: pandas is imported on use
 
 
 @dataclass
@@ -83,6 +92,17 @@ class Result:
                 if kind is None or row.get("kind") == kind:
                     rows.append(row)
         return rows
+
+    def frame(self, kind: str = "metrics") -> pd.DataFrame:
+        """This run's rows of ``kind`` as a pandas DataFrame, config fields as columns.
+
+        ``kind`` is one of [`hybrid.analysis.FRAME_KINDS`][hybrid.analysis.FRAME_KINDS]: ``metrics``
+        (every row), ``train``, ``eval``, ``spans`` (one row per worker task), ``summary`` or
+        ``config``.
+        """
+        from hybrid.analysis import frame
+
+        return frame(self.run_dir, kind)
 
 
 @dataclass
@@ -669,6 +689,32 @@ def make_task(kind: type[Task], cfg: TrainConfig) -> Task:
     return kind(deadline_s=cfg.round_deadline_s)
 
 
+def learner_device(cfg: TrainConfig, info: EnvInfo, scheduler: Any) -> torch.device:
+    """Where θ, the server optimizer and the learner run (``--device``).
+
+    ``auto`` is cuda when torch finds a GPU, except where θ must stay in CPU memory: under
+    Hogwild! (processes, lock-free, a scheduler whose updates apply alone, no codec: the
+    rule ``runtimes._processes`` applies), workers step θ in shared memory; multi-agent
+    learners run on CPU. There ``cuda`` is refused in one line.
+    """
+    hogwild = (
+        cfg.runtime == "processes"
+        and cfg.lock_free
+        and scheduler.applies_alone
+        and cfg.codec == "none"
+    )
+    why = (
+        "Hogwild! workers step θ in shared CPU memory (use --no-lock-free to keep cuda)"
+        if hogwild
+        else "multi-agent learners run on CPU"
+        if info.multiagent
+        else ""
+    )
+    if why and cfg.device == "cuda":
+        raise ConfigError(f"device: cuda: {why}; use --device cpu or auto")
+    return torch.device("cpu") if why else resolve_device(cfg.device)
+
+
 def make_learner(cfg: TrainConfig, info: EnvInfo, task_kind: type[Task]) -> Learner:
     if task_kind is CollectExperience:
         return ALGORITHMS[cfg.algo].learner(cfg, info)
@@ -892,10 +938,12 @@ def _train(
     runtime: Runtime | None = None
     try:
         torch.set_num_threads(cfg.torch_threads)
-        global_model = build_global_model(cfg, initial_params(cfg, info), info.obs_stats_shape)
         scheduler = make_scheduler(cfg)
-        scheduler.bind(global_model, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
-        learner = make_learner(cfg, info, scheduler.task_kind)
+        device = learner_device(cfg, info, scheduler)
+        params = initial_params(cfg, info)
+        global_model = build_global_model(cfg, params, info.obs_stats_shape, device)
+        scheduler.bind(global_model.view(), np.random.default_rng(stream(cfg.seed, SCHEDULER)))
+        learner = make_learner(cfg, info, scheduler.task_kind).to(global_model.device)
         runtime = make_runtime(cfg, info, global_model, scheduler)
         evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
         if resume_state is None:
@@ -933,7 +981,9 @@ def _train(
         evaluator.close()
         artifact = training.last_checkpoint if cfg.wandb_checkpoint and summary else None
         tracker.close(summary, artifact)
-    return Result(run_dir=run_dir, config=cfg, summary=summary, params=global_model.params.clone())
+    return Result(
+        run_dir=run_dir, config=cfg, summary=summary, params=global_model.params.cpu().clone()
+    )
 
 
 @contextlib.contextmanager

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from federated.clients import apply_client_dynamics
 from hybrid.algorithms import ALGORITHMS
 from hybrid.algorithms.rollout import make_runner
+from hybrid.clients import apply_client_dynamics
 from hybrid.codecs import make_codec
-from hybrid.config import TrainConfig
 from hybrid.core.global_model import make_optimizer
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
 from hybrid.normalization import OBS_MEAN, OBS_VAR, NormalizationSettings, ObsNormalizer
 from hybrid.protocol import CollectExperience, Payload, Snapshot, TrainLocally, Update
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 CODEC_STREAM = 7  # spawn-key slot of a worker's codec randomness
 LOCAL_ADAM_EPS = 1e-5  # a federated client's local Adam: the RL default
@@ -54,7 +56,7 @@ class Worker:
         self.generator = torch.Generator().manual_seed(torch_seed)
         # The worker's own env instances (simulators are never shared between workers).
         envs = make_vector_env(cfg.env, cfg.envs_per_worker, cfg, info)
-        if cfg.client_dynamics != "iid":  # an edge client's own env variant (federated/)
+        if cfg.client_dynamics != "iid":  # an edge client's own env variant (hybrid/clients.py)
             apply_client_dynamics(envs, cfg, worker_id)
         # The runner owns the episodes in progress, the envs' state and normalization.
         self.runner = make_runner(envs, env_seed, info, NormalizationSettings.from_config(cfg))

@@ -73,7 +73,7 @@ def _ray(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Schedul
     except ModuleNotFoundError as exc:  # ray is an extra
         if exc.name != "ray":
             raise
-        from hybrid.config import ConfigError
+        from hybrid.errors import ConfigError
 
         raise ConfigError(
             f"runtime: 'ray' needs Ray ({exc}); install it with pip install 'hybrid-rl[ray]'"

@@ -14,9 +14,8 @@ workers are" is decided once, here, and "where they run" stays the runtime's:
   processes; ray: ``workers`` actors), client k's task on whichever executor is free.
   Seeds come from (client id, version), so a client's Δ does not depend on the executor.
 
-The pool lives here, beside its only users, rather than in ``federated/``: it must be
-picklable into worker processes and actors, and the runtimes must not import a plug-in.
-Client profiles are looked up inside the methods that need them.
+The pool lives here, beside its only users: it must be picklable into worker processes
+and actors; the client profiles it builds from are ``hybrid.clients``.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hybrid.clients import ClientCostModel
 from hybrid.core.worker import Worker
 from hybrid.protocol import Snapshot, Update
 
@@ -98,8 +98,6 @@ class EdgeClients:
             client.close()
 
     def cost_model(self) -> Any:
-        from federated.clients import ClientCostModel  # profiles: looked up when needed
-
         return ClientCostModel(self.cfg)
 
 

@@ -123,13 +123,12 @@ import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from hybrid.config import TrainConfig
 from hybrid.core.appliers import SERVER_APPLIES, Applier, WorkersApply
 from hybrid.core.global_model import GlobalModel, all_finite, build_global_model
 from hybrid.core.worker import Worker, build_model
@@ -147,6 +146,9 @@ from hybrid.runtimes._parallel import (
     warn_if_oversubscribed,
 )
 from hybrid.runtimes.pool import WorkerPool, make_pool
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 SEQ, VERSION, HALT = 0, 1, 2  # the words of ``meta``
 SETTLE_TIMEOUT_S = 60.0

@@ -82,15 +82,15 @@ from dataclasses import dataclass, field
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 import torch
 
-from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
+from hybrid.errors import ConfigError
 from hybrid.protocol import ComputeGradient, Snapshot, Task, Update
 from hybrid.runtimes._parallel import (
     Executor,
@@ -105,6 +105,9 @@ from hybrid.runtimes._parallel import (
     warn_if_oversubscribed,
 )
 from hybrid.runtimes.pool import WorkerPool, make_pool
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 STARTUP_TIMEOUT_S = 300.0
 """How long an actor may take to start, warm up and connect (many at once on a busy node)."""
@@ -588,7 +591,11 @@ class RayRuntime(Supervisor):
                         raise
                     raise StartupInterrupted(signal.SIGTERM) from None
                 signals.rearm()
-                self._remote = ray.remote(num_cpus=1, max_restarts=0)(ActorWorker)
+                # SPREAD: one actor per node before a second on any (a lost node takes
+                # the fewest workers; each node's cores and NIC serve its own actors).
+                self._remote = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(
+                    ActorWorker
+                )
                 for w in range(cfg.workers):  # edge clients too: a pool of actors
                     self._actors.append(_Actor(worker_id=w))
                     self._spawn(self._actors[-1])

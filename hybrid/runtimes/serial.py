@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hybrid.checkpoint import update_from_state, update_to_state
-from hybrid.config import TrainConfig
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.runtimes.pool import WorkerPool, make_pool
 from hybrid.seeding import CLOCK, stream
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 SPEEDS, JITTER = range(2)
 

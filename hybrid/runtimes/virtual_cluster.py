@@ -36,14 +36,16 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.cluster_profile import ClusterProfile
-from hybrid.config import TrainConfig
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.runtimes.serial import SerialRuntime
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 SERVER = -1
 """The main process's job key among the workers' (0..N-1) on the shared cores."""

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybrid.config import ConfigError
+from hybrid.clients import population
+from hybrid.errors import ConfigError
 from hybrid.protocol import TASK_KINDS
 from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
@@ -41,28 +42,24 @@ class SchedulerEntry:
     cls: type[Scheduler]
 
 
-def _population(cfg: TrainConfig) -> int:
-    return cfg.clients if cfg.clients is not None else cfg.workers
-
-
 def _user_entry(cls: type[Scheduler]) -> SchedulerEntry:
     def build(cfg: TrainConfig) -> Scheduler:
         if cls.Settings is None:
-            return cls(_population(cfg))  # type: ignore[call-arg]
+            return cls(population(cfg))  # type: ignore[call-arg]
         settings = make_settings(cls, cfg.scheduler_args)
-        return cls(_population(cfg), settings)  # type: ignore[call-arg]
+        return cls(population(cfg), settings)  # type: ignore[call-arg]
 
     return SchedulerEntry(build, cls)
 
 
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    "sync": SchedulerEntry(lambda c: Sync(c.workers), Sync),
-    "async": SchedulerEntry(lambda c: Async(c.workers), Async),
+    "sync": SchedulerEntry(lambda cfg: Sync(cfg.workers), Sync),
+    "async": SchedulerEntry(lambda cfg: Async(cfg.workers), Async),
     "bounded": SchedulerEntry(
-        lambda c: Bounded(c.workers, c.staleness_bound, c.staleness_aware_lr), Bounded
+        lambda cfg: Bounded(cfg.workers, cfg.staleness_bound, cfg.staleness_aware_lr), Bounded
     ),
     "hybrid": SchedulerEntry(
-        lambda c: ActorLearner(c.workers, c.learner_batch, c.max_policy_lag), ActorLearner
+        lambda cfg: ActorLearner(cfg.workers, cfg.learner_batch, cfg.max_policy_lag), ActorLearner
     ),
     "fedavg": SchedulerEntry(FedAvg.from_config, FedAvg),
 }

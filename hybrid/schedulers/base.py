@@ -14,7 +14,7 @@ Writing your own (the contract; ``hybrid.register_scheduler`` or
 - declare your hyperparameters as a dataclass in the class attribute ``Settings``:
   the constructor is then ``__init__(self, workers, settings)``, and the values come
   from ``TrainConfig.scheduler_args`` (Python, ``--scheduler-arg key=value``, sweep
-  YAML), type-checked against the dataclass;
+  YAML parameters ``scheduler_arg.KEY``), type-checked against the dataclass;
 - say what workers do (``task_kind``: ``ComputeGradient``, ``TrainLocally`` for local
   training of ``local_steps`` steps sending Δ, or ``CollectExperience`` for a learner,
   from ``hybrid.protocol``), whether every update is

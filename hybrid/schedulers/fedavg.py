@@ -21,21 +21,23 @@ the round time is that of the slowest surviving client.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from federated.clients import (
+from hybrid.clients import (
     FEDERATED,
     SAMPLING_STREAM,
     clients_per_round,
     make_profiles,
     population,
 )
-from hybrid.config import TrainConfig
 from hybrid.protocol import Payload, Step, TrainLocally, Update
 from hybrid.schedulers.base import Scheduler, Verdict
 from hybrid.seeding import stream
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 MAX_EMPTY_ROUNDS = 10_000
 """Rounds in a row in which nobody took part (all unavailable or dropped out) before the

@@ -20,13 +20,16 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from hybrid.config import ConfigError, TrainConfig
+from hybrid.errors import ConfigError
 from hybrid.seeding import stream
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
 
 # Top-level spawn key of every federated stream: far from hybrid.seeding's small keys.
 FEDERATED = 0xFED
