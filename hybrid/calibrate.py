@@ -38,6 +38,7 @@ import torch
 
 from hybrid.cluster_profile import MODELLED_RUNTIMES, ClusterProfile
 from hybrid.config import ConfigError, TrainConfig
+from hybrid.core.appliers import WorkersApply
 from hybrid.core.global_model import build_global_model
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo, describe
@@ -114,6 +115,8 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
 class _InstantRuntime:
     """A stand-in runtime whose tasks cost nothing: what remains is the loop's own cost."""
 
+    applier = WorkersApply()  # apply only counts, snapshot does not copy: the loop's own cost
+
     def __init__(self, workers: int, template: Update) -> None:
         self.busy = [False] * workers
         self.template = template
@@ -170,7 +173,6 @@ def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: f
         progress=False,
     )
     global_model = build_global_model(loop_cfg, initial_params(loop_cfg, info), info.obs_dim)
-    global_model.written_by_workers = True  # apply only counts, snapshot does not copy
     scheduler = make_scheduler(loop_cfg)
     runtime = _InstantRuntime(loop_cfg.workers, template)
     evaluator = Evaluator(loop_cfg, info, obs_stats=global_model.obs_stats)

@@ -63,14 +63,6 @@ class Registry:
         return resolve(self.builders)[name]
 
 
-def _processes(cfg: TrainConfig) -> None:
-    if cfg.scheduler == "fedavg" or cfg.clients:
-        raise ConfigError(
-            "runtime: 'processes' runs persistent gradient workers only; "
-            "run fedavg and edge clients on serial or ray"
-        )
-
-
 def _needs_env_family(cfg: TrainConfig) -> None:
     from hybrid.envs import env_family  # gymnasium's registry, no component
 
@@ -88,7 +80,7 @@ SCHEDULERS = Registry(
 )
 """The built-in schedulers (their settings are TrainConfig fields, checked by validate)."""
 RUNTIMES = Registry(
-    "runtime", "hybrid.runtimes:RUNTIMES", {"serial": None, "processes": _processes, "ray": None}
+    "runtime", "hybrid.runtimes:RUNTIMES", {"serial": None, "processes": None, "ray": None}
 )
 ALGORITHMS = Registry(
     "algo",

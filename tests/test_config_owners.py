@@ -76,10 +76,15 @@ COMPONENTS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
         ("parallel", "serial"),
         {"run": "runtime names the entry", "codecs": "Hogwild! only without a codec"},
     ),
+    "hybrid.runtimes._parallel": (("parallel",), {"run": "seed of the fault draws"}),
+    "hybrid.runtimes.pool": (
+        (),
+        {"run": "workers: the persistent pool's size", "clients": "K: the edge pool's size"},
+    ),
     "hybrid.runtimes.processes": (("parallel",), {"run": "workers and seed"}),
     "hybrid.runtimes.ray": (
         ("parallel", "ray"),
-        {"run": "seed", "clients": "actors for edge clients"},
+        {"run": "seed"},
     ),
     "hybrid.runtimes.serial": (("serial",), {"run": "workers and seed", "clients": "K clients"}),
     "hybrid.runtimes.virtual_cluster": (

@@ -246,7 +246,6 @@ def test_late_deltas_can_be_admitted_later_with_their_staleness():
         ({"server_momentum": 1.0}, "server_momentum"),
         ({"local_optimizer": "lion"}, "local_optimizer"),
         ({"round_deadline_s": 1.0, "scheduler": "sync"}, "round_deadline_s"),
-        ({"runtime": "processes"}, "runtime"),
     ],
 )
 def test_bad_settings_are_one_clear_error(changes, field):
@@ -254,6 +253,12 @@ def test_bad_settings_are_one_clear_error(changes, field):
     with pytest.raises(ConfigError, match=f"^{field}: ") as info:
         cfg.validate()
     assert "\n" not in str(info.value)
+
+
+def test_edge_clients_run_on_every_runtime():
+    """Once refused on processes (one process per client); now K clients share the pool."""
+    for runtime in ("serial", "processes", "ray"):
+        TrainConfig(scheduler="fedavg", clients=10_000, runtime=runtime, workers=2).validate()
 
 
 def test_the_command_line_reads_naturally():
@@ -597,7 +602,7 @@ def test_on_demand_clients_hold_no_worker_between_tasks(monkeypatch):
             built.append(self.worker_id)
             alive.add(self)
 
-    monkeypatch.setattr("hybrid.runtimes.serial.Worker", Tracked)
+    monkeypatch.setattr("hybrid.runtimes.pool.Worker", Tracked)
     cfg = TrainConfig(scheduler="fedavg", clients=200, local_steps=1, client_dynamics="gravity")
     runtime = SerialRuntime(cfg, describe(cfg.env))
     theta = initial_params(cfg, describe(cfg.env))

@@ -232,6 +232,30 @@ def test_shared_optimizer_statistics_step_like_the_main_process(optimizer, momen
     assert statistics and all(tensor is shared[name] for name, tensor in statistics.items())
 
 
+def test_appliers_server_steps_workers_only_count():
+    """Who writes θ is the runtime's applier, not a mode of the global model: the server's
+    applier steps θ from a copied snapshot; Hogwild!'s counts a step the workers took and
+    hands out the live θ (workers read the shared θ themselves)."""
+    from hybrid.core.appliers import ServerApplies, WorkersApply
+    from hybrid.protocol import ComputeGradient
+
+    model = GlobalModel(torch.ones(4), optimizer="sgd", lr=0.5, target_every=2)
+    server, workers = ServerApplies(), WorkersApply()
+    copied = server.snapshot(model, ComputeGradient(), 0.0)
+    assert copied.params.data_ptr() != model.params.data_ptr()
+    assert torch.equal(copied.params, model.params)
+    assert server.apply(model, Step(torch.full((4,), 2.0)), 0.0) == pytest.approx(4.0)
+    assert torch.equal(model.params, torch.zeros(4)) and model.version == 1
+    live = workers.snapshot(model, ComputeGradient(), 0.0).params
+    assert live.data_ptr() == model.params.data_ptr()
+    model.params.fill_(7.0)  # what a worker wrote to the shared θ
+    assert workers.apply(model, Step(torch.full((4,), 3.0)), 0.0) == pytest.approx(6.0)
+    assert torch.equal(model.params, torch.full((4,), 7.0)) and model.version == 2
+    assert torch.equal(model.target, model.params)  # the target network still refreshes
+    with pytest.raises(ValueError, match="learner"):
+        workers.apply(model, Step(None), 0.0)
+
+
 def test_hogwild_workers_take_the_steps_the_main_process_would(fixed_budget, tmp_path, no_leaks):
     """With one worker nothing races, so Hogwild! (the worker steps the shared θ itself) and
     the locked mode (the main process steps it) must end on the very same parameters; had

@@ -66,9 +66,6 @@ class GlobalModel:
         self.optimizer_name, self.momentum, self.adam_eps = optimizer, momentum, adam_eps
         self.shared: dict[str, torch.Tensor] | None = None
         """θ and the optimizer statistics, once moved into shared memory (``share_memory``)."""
-        self.written_by_workers = False
-        """Hogwild!: each worker has already applied its own update to the shared θ with
-        the shared optimizer statistics, so ``apply`` only counts the version."""
 
     @property
     def params(self) -> torch.Tensor:
@@ -79,14 +76,20 @@ class GlobalModel:
         """What a scheduler reads: this model on CPU, else a view that copies θ to CPU."""
         return self if self.device.type == "cpu" else CpuView(self)
 
-    def snapshot(self, task: Task = ComputeGradient(), progress: float = 0.0) -> Snapshot:  # noqa: B008 (frozen)
-        # Workers act on CPU: a model on another device is copied at this boundary.
+    def snapshot(
+        self,
+        task: Task = ComputeGradient(),  # noqa: B008 (frozen)
+        progress: float = 0.0,
+        *,
+        copy: bool = True,
+    ) -> Snapshot:
+        """θ, the version and the server's extras for a task, on CPU (workers act on CPU: a
+        model on another device is copied at this boundary); ``copy=False`` hands out the
+        live θ (``appliers.WorkersApply``: Hogwild! workers read the shared θ themselves)."""
         extras = {"target": _cpu_copy(self.target)} if self.target is not None else {}
         if self.obs_stats is not None:
             extras.update(self.obs_stats.extras())
-        # Under Hogwild! workers read the live shared θ, unlocked, whenever they start:
-        # a copy taken here would be read by nobody.
-        params = self.param.data if self.written_by_workers else _cpu_copy(self.param.data)
+        params = _cpu_copy(self.param.data) if copy else self.param.data
         return Snapshot(params, self.version, extras=extras, task=task, progress=progress)
 
     def observe(self, update: Update) -> None:
@@ -108,9 +111,6 @@ class GlobalModel:
             raise ValueError("a Step without a direction must go through a learner first")
         direction = direction.to(self.device)  # workers' directions arrive on CPU
         norm = float(torch.linalg.vector_norm(direction))
-        if self.written_by_workers:
-            self._count_version()
-            return norm
         if step.clip and self.max_grad_norm > 0 and norm > self.max_grad_norm:
             direction = direction * (self.max_grad_norm / (norm + 1e-6))
         for group in self.optimizer.param_groups:
@@ -118,10 +118,12 @@ class GlobalModel:
         self.param.grad = direction
         self.optimizer.step()
         self.param.grad = None
-        self._count_version()
+        self.count_version()
         return norm
 
-    def _count_version(self) -> None:
+    def count_version(self) -> None:
+        """One more step is in θ (taken here, or by a Hogwild! worker); refreshes the target
+        network on its period."""
         self.version += 1
         if self.target is not None and self.version % self.target_every == 0:
             self.target.copy_(self.param.data)

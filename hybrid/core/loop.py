@@ -32,6 +32,7 @@ from hybrid.algorithms import ALGORITHMS
 from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to_state
 from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
+from hybrid.core.appliers import SERVER_APPLIES, Applier
 from hybrid.core.global_model import (
     GlobalModel,
     all_finite,
@@ -254,6 +255,9 @@ class Training:
         self.scheduler = scheduler
         self.learner = learner
         self.runtime = runtime
+        # Who writes θ is the runtime's choice (Hogwild!: its workers); a runtime that does
+        # not say leaves it to the loop's server optimizer.
+        self.applier: Applier = getattr(runtime, "applier", SERVER_APPLIES)
         self.evaluator = evaluator
         self.tracker = tracker
         self.threshold = threshold
@@ -313,8 +317,8 @@ class Training:
             starting = scheduler.ready(runtime.idle_workers(), global_model.version)
             if starting:
                 # shared by all tasks started together
-                snapshot = global_model.snapshot(
-                    task=self.task, progress=stats.env_steps / cfg.total_env_steps
+                snapshot = self.applier.snapshot(
+                    global_model, self.task, stats.env_steps / cfg.total_env_steps
                 )
                 for worker_id in starting:
                     runtime.dispatch(worker_id, snapshot)
@@ -340,7 +344,9 @@ class Training:
                     self.tracker.span(applied, tau, Verdict.BUFFER)
                 progress = stats.env_steps / cfg.total_env_steps
                 for direction in self.learner.steps(step, global_model, progress):
-                    stats.window_grad_norms.append(global_model.apply(direction, progress))
+                    stats.window_grad_norms.append(
+                        self.applier.apply(global_model, direction, progress)
+                    )
                 self.check_finite(applied=True)
             elif st.nonfinite_streak:
                 self.check_finite(applied=False)

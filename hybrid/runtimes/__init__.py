@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 
 class Runtime(Protocol):
-    """Dispatches tasks to workers and hands back their updates, earliest completion first."""
+    """Dispatches tasks to workers and hands back their updates, earliest completion first.
+
+    A runtime may also name an ``applier`` (``hybrid.core.appliers``): who writes θ. One
+    that does not leaves it to the loop's server optimizer; the processes runtime picks
+    ``WorkersApply`` under Hogwild!.
+    """
 
     def idle_workers(self) -> list[int]: ...
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None: ...
@@ -35,10 +40,11 @@ class Runtime(Protocol):
 
 def _serial(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
     from hybrid.cluster_profile import ClusterProfile, is_profile_path
+    from hybrid.runtimes.pool import make_pool
     from hybrid.runtimes.serial import SerialRuntime
 
     if not is_profile_path(cfg.cluster):
-        return SerialRuntime(cfg, info)
+        return SerialRuntime(cfg, info, make_pool(cfg, info))
     from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime
 
     return ProfiledSerialRuntime(
@@ -49,16 +55,20 @@ def _serial(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Sche
 def _processes(
     cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler
 ) -> Runtime:
+    from hybrid.runtimes.pool import make_pool
     from hybrid.runtimes.processes import ProcessRuntime
 
+    pool = make_pool(cfg, info)
     # Hogwild!: workers step the shared θ themselves when the scheduler would apply each
-    # update alone anyway and nothing (a codec) must see the payload first.
-    hogwild = cfg.lock_free and scheduler.applies_alone and cfg.codec == "none"
-    return ProcessRuntime(cfg, info, model if hogwild else None)
+    # update alone anyway and nothing (a codec) must see the payload first; a process then
+    # runs one persistent worker (edge clients come and go on any process).
+    hogwild = cfg.lock_free and scheduler.applies_alone and cfg.codec == "none" and pool.persistent
+    return ProcessRuntime(cfg, info, model if hogwild else None, pool)
 
 
 def _ray(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
     try:
+        from hybrid.runtimes.pool import make_pool
         from hybrid.runtimes.ray import RayRuntime
     except ModuleNotFoundError as exc:  # ray is an extra
         if exc.name != "ray":
@@ -68,7 +78,7 @@ def _ray(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Schedul
         raise ConfigError(
             f"runtime: 'ray' needs Ray ({exc}); install it with pip install 'hybrid-rl[ray]'"
         ) from None
-    return RayRuntime(cfg, info)
+    return RayRuntime(cfg, info, make_pool(cfg, info))
 
 
 RUNTIMES: dict[str, Callable[[TrainConfig, EnvInfo, GlobalModel, Scheduler], Runtime]] = {

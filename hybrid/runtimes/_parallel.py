@@ -1,4 +1,5 @@
-"""What the real parallel runtimes (processes, ray) share: core counts, warm-up, faults, restarts.
+"""What the real parallel runtimes (processes, ray) share: the ``Supervisor`` (busy ids, task
+placement, result order, restarts, fault counters, checkpoints), core counts, warm-up, wire helpers.
 
 Nothing here imports ``multiprocessing`` or ``ray``; the runtimes that do import
 this module, so the restart policy and the fault model are one piece of code.
@@ -6,11 +7,15 @@ this module, so the restart policy and the fault model are one piece of code.
 
 from __future__ import annotations
 
+import abc
+import collections
 import dataclasses
+import heapq
 import logging
 import os
 import pickle
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -180,3 +185,220 @@ def _map(obj: Any, kind: type, fn: Any) -> Any:
         }
         return dataclasses.replace(obj, **changes)
     return obj
+
+
+# --- supervision: what processes and ray share -------------------------------------------------
+
+
+@dataclass(eq=False)  # identity: one executor
+class Executor:
+    """One worker process or actor as the main process sees it, across its incarnations: a
+    persistent worker's own, or one that runs whichever edge client's task it is given."""
+
+    worker_id: int
+    """Its index; for persistent workers, also the id of the worker it runs."""
+    incarnation: int = 0
+    assigned: bool = False
+    """The loop dispatched a task to it whose result has not come back; the task re-runs on
+    a replacement if it fails."""
+    task: Any = None
+    """That task, as the backend sends it."""
+    failures: int = 0
+    """Unexpected failures since the last finished task."""
+    killed_on_purpose: bool = False
+    last_error: str = ""
+
+
+class Supervisor(abc.ABC):
+    """The part of a parallel runtime that is not about transport: which ids are busy, which
+    executor runs a task, the order results are handed to the loop, restarts, fault counters,
+    checkpoints. The processes and ray runtimes subclass it and supply their transport:
+
+    - ``_spawn(e)``: start executor ``e``'s current incarnation (it reports ready later);
+    - ``_send(e)``: send ``e.task`` (or hold it until ``e`` is ready);
+    - ``_poll()``: wait for events, hand each result to ``_deliver``, return those that failed;
+    - ``_stop(e)``, ``_kill(e)``, ``_await_startup()``, ``close()``;
+    - ``_prepare(snapshot)`` (at dispatch) and ``_task_for(prepared, client)`` (when an
+      executor takes it): the task as it travels; ``_free(e)``: ready for a task;
+      ``_lost(e)``: whether ``e`` died with a task under way; ``_died(e)``: why it stopped.
+
+    Persistent workers (``pool.persistent``) each have an executor of their own, worker id
+    = index. Edge clients (ids 0..K-1) share the ``workers`` executors: a dispatched client
+    waits in a queue until an executor is free.
+    """
+
+    executors: list[Any]
+
+    def __init__(self, cfg: Any, pool: Any, clock: Any) -> None:
+        self.cfg, self.pool = cfg, pool
+        self.executors = []
+        self._clock = clock
+        self._busy: set[int] = set()
+        """Worker ids dispatched whose update is not yet handed to the loop (the scheduler's
+        view): executor indices for persistent workers, client ids for edge clients."""
+        self._waiting: collections.deque[tuple[Any, int]] = collections.deque()
+        """Edge-client tasks (prepared snapshot, client) waiting for a free executor."""
+        self._arrived: list[tuple[float, int, Update]] = []
+        self._sequence = 0  # ties in finish time resolve in arrival order
+        self._faults = FaultInjector(cfg.inject_worker_faults, cfg.seed)
+        self.counters = FaultCounters()
+        self._origin = clock()  # reset once the workers are warm: the run begins
+
+    # -- the Runtime protocol --
+
+    def idle_workers(self) -> list[int]:
+        busy = self._busy
+        return [w for w in range(self.pool.size) if w not in busy]
+
+    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
+        if worker_id in self._busy:
+            raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
+        self._busy.add(worker_id)
+        prepared = self._prepare(snapshot)
+        if self.pool.persistent:
+            self._assign(self.executors[worker_id], self._task_for(prepared, None))
+        else:  # an edge client: on the first free executor, or when one frees up
+            self._waiting.append((prepared, worker_id))
+            self._assign_waiting()
+
+    def next_update(self) -> Update:
+        while not self._arrived:
+            if not self._busy:
+                raise RuntimeError("no task in flight and none started: the scheduler stalled")
+            for executor in self._poll():
+                self._restart(executor)
+        _, _, update = heapq.heappop(self._arrived)
+        self._busy.discard(update.worker_id)
+        return update
+
+    def virtual_time(self) -> float | None:
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        return self.counters.as_metrics()
+
+    # -- checkpoints --
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters and every executor's incarnation. Tasks in flight are not saved:
+        after a resume every worker is idle, and the scheduler starts again what its state
+        says is missing (a sync round's pending workers, for one)."""
+        return {
+            "incarnations": [e.incarnation for e in self.executors],
+            "restarts": self.counters.restarts,
+            "lost_updates": self.counters.lost_updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the counters; replace every executor by its next incarnation: those
+        started by ``__init__`` would replay the seed streams the run already used."""
+        self.counters = FaultCounters(int(state["restarts"]), int(state["lost_updates"]))
+        for executor, incarnation in zip(self.executors, state["incarnations"], strict=True):
+            self._stop(executor)
+            self._renew(executor, int(incarnation) + 1)
+        self._await_startup()
+        self._origin = self._clock()
+
+    # -- fault tests --
+
+    def kill_worker(self, worker_id: int) -> None:
+        """Kill executor ``worker_id`` now (fault injection); it is restarted when noticed."""
+        executor = self.executors[worker_id]
+        executor.killed_on_purpose = True
+        self._kill(executor)
+
+    # -- for the backends --
+
+    def _assign(self, executor: Any, task: Any) -> None:
+        executor.task = task
+        executor.assigned = True
+        self._send(executor)
+        if self._faults.strike():
+            self.kill_worker(executor.worker_id)
+
+    def _assign_waiting(self) -> None:
+        """Edge clients: hand waiting tasks to the executors that are free."""
+        for executor in self.executors:
+            if not self._waiting:
+                return
+            if not executor.assigned and self._free(executor):
+                prepared, client = self._waiting.popleft()
+                self._assign(executor, self._task_for(prepared, client))
+
+    def _deliver(self, executor: Any, update: Update, finished_at: float) -> None:
+        """A result came back from ``executor``: queue it for the loop, earliest finished
+        first (unless nobody asked for it: a Hogwild! task discarded at the end)."""
+        executor.failures = 0
+        if not executor.assigned:
+            return
+        executor.assigned = False
+        heapq.heappush(self._arrived, (finished_at, self._sequence, update))
+        self._sequence += 1
+        if not self.pool.persistent:
+            self._assign_waiting()
+
+    def _restart(self, executor: Any) -> None:
+        """Count, log and replace a failed executor; its task re-runs on the replacement."""
+        self._stop(executor)
+        lost = self._lost(executor)
+        reason = "was killed on purpose" if executor.killed_on_purpose else self._died(executor)
+        self.counters.restarts += 1
+        self.counters.lost_updates += lost
+        log_restart(executor.worker_id, executor.incarnation, reason, lost)
+        if not executor.killed_on_purpose:
+            executor.failures += 1
+            check_failures(executor.worker_id, executor.failures, executor.last_error)
+        self._renew(executor, executor.incarnation + 1)
+
+    def _renew(self, executor: Any, incarnation: int) -> None:
+        executor.killed_on_purpose = False
+        executor.last_error = ""
+        executor.incarnation = incarnation
+        self._spawn(executor)
+
+    # -- what a backend supplies --
+
+    @abc.abstractmethod
+    def _prepare(self, snapshot: Snapshot) -> Any:
+        """The snapshot as the backend keeps it for its tasks (at dispatch)."""
+
+    @abc.abstractmethod
+    def _task_for(self, prepared: Any, client: int | None) -> Any:
+        """The task an executor is sent: the prepared snapshot, for ``client`` (None: the
+        executor's own worker)."""
+
+    @abc.abstractmethod
+    def _spawn(self, executor: Any) -> None:
+        """Start ``executor``'s current incarnation; it takes tasks once it reports ready."""
+
+    @abc.abstractmethod
+    def _send(self, executor: Any) -> None:
+        """Send ``executor.task``, or hold it until ``executor`` is ready."""
+
+    @abc.abstractmethod
+    def _poll(self) -> list[Any]:
+        """Wait for events, hand each result to ``_deliver``; return the executors that failed."""
+
+    @abc.abstractmethod
+    def _free(self, executor: Any) -> bool:
+        """Whether ``executor`` can take a task now (started, warm, connected)."""
+
+    @abc.abstractmethod
+    def _lost(self, executor: Any) -> bool:
+        """Whether ``executor`` failed with a task under way (counted as a lost update)."""
+
+    @abc.abstractmethod
+    def _died(self, executor: Any) -> str:
+        """Why ``executor`` stopped, for the log (it was not killed on purpose)."""
+
+    @abc.abstractmethod
+    def _stop(self, executor: Any) -> None:
+        """Make sure ``executor`` is gone and stop watching it."""
+
+    @abc.abstractmethod
+    def _kill(self, executor: Any) -> None:
+        """Kill ``executor`` now (fault injection)."""
+
+    @abc.abstractmethod
+    def _await_startup(self) -> None:
+        """Wait until every executor is ready (at start and on resume)."""

@@ -41,8 +41,8 @@ optimizer code the main process would run (``GlobalModel.attach_shared``): clipp
 the learning-rate schedule (from the run's progress sent with each task) and the
 optimizer's step, all unguarded, so two workers may write the same coordinate at
 once and a read may mix several writes. The loop still sees every update: it counts
-it, measures staleness, logs it and gives it the next version; its ``apply`` only
-counts, because ``written_by_workers`` says the step is taken (a non-finite payload
+it, measures staleness, logs it and gives it the next version; the runtime's applier
+(``appliers.WorkersApply``) only counts it, since the step is taken (a non-finite payload
 is neither applied by the worker nor admitted by the loop: both use one test). The
 model the loop evaluates and checkpoints is the one the workers train. Torn reads are
 not counted here: every read may interleave with writes, which is the point.
@@ -89,6 +89,15 @@ seed stream. Its in-flight update is lost; the task itself is re-run on the new
 incarnation from the current θ, so to the scheduler a fault is only a slow task:
 a ``sync`` round still completes with all N updates and a ``bounded`` clock still
 advances. ``kill_worker(i)`` and ``inject_worker_faults`` SIGKILL a worker on purpose.
+This bookkeeping (busy ids, restarts, counters, checkpoints, result order) is the
+``Supervisor``'s in ``_parallel.py``, shared with the ray runtime; this module supplies
+the transport: spawning a process, sending on its pipe, polling pipes and sentinels.
+
+Edge clients
+------------
+With ``clients`` the K clients share the ``workers`` processes (``hybrid.runtimes.pool``):
+a dispatched client waits until a process is free, which builds the client for that task
+from (client id, version) and releases it, exactly as the serial runtime does.
 
 Shutdown
 --------
@@ -104,7 +113,6 @@ are created, so nothing is left in /dev/shm whatever happens.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import os
 import selectors
 import signal
@@ -121,23 +129,23 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from hybrid.core.appliers import SERVER_APPLIES, Applier, WorkersApply
 from hybrid.core.global_model import GlobalModel, all_finite, build_global_model
 from hybrid.core.worker import Worker, build_model
 from hybrid.envs import EnvInfo
 from hybrid.nets import FlatParams
-from hybrid.protocol import ComputeGradient, Payload, Snapshot, Step, Task, Update
+from hybrid.protocol import Payload, Snapshot, Step, Task, Update
 from hybrid.runtimes._parallel import (
-    FaultCounters,
-    FaultInjector,
-    check_failures,
+    Executor,
+    Supervisor,
     dumps_message,
-    log_restart,
     pack,
     unpack,
     update_record,
     warm_up,
     warn_if_oversubscribed,
 )
+from hybrid.runtimes.pool import WorkerPool, make_pool
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig
@@ -191,14 +199,19 @@ def _worker_main(
     applied: torch.Tensor,
     consistent: bool,
     shared_model: dict[str, torch.Tensor] | None,
+    pool: WorkerPool | None = None,
 ) -> None:
+    """One worker process: its persistent worker, or (an on-demand ``pool``) the edge clients
+    whose tasks it is sent."""
     # Ctrl-C reaches the whole foreground process group; stopping us is the main
     # process's job (close()), and a worker dying mid-send would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing from more
-    worker = None
+    worker: Worker | None = None
     try:
-        worker = Worker(worker_id, cfg, info, incarnation)
+        pool = pool if pool is not None else make_pool(cfg, info)
+        if pool.persistent:
+            worker = pool.build(worker_id, incarnation)
         # Hogwild!: this process steps the global model itself, through the shared θ and
         # optimizer statistics, with the very optimizer code the main process would run.
         hogwild: GlobalModel | None = None
@@ -207,7 +220,12 @@ def _worker_main(
             build_global_model(cfg, torch.zeros_like(theta)).apply(Step(torch.ones_like(theta)))
             hogwild = build_global_model(cfg, torch.zeros_like(theta))
             hogwild.attach_shared(shared_model)
-        warm_up(worker)
+        if worker is not None:
+            warm_up(worker)
+        else:  # edge clients, built per task: pay the lazy start-up on a throw-away one
+            client = pool.build(0)
+            warm_up(client)
+            client.close()
         local = torch.empty_like(theta)
         meta_np = meta.numpy()  # a view of the same shared words
         applied_np = applied.numpy()
@@ -216,7 +234,9 @@ def _worker_main(
         message = conn.recv()
         while message is not None:
             started_at = time.monotonic()  # a system-wide clock: comparable across processes
-            _, task, extras, progress = message
+            # ("task", task, extras, progress[, client]): no client for the own worker
+            _, task, extras, progress = message[:4]
+            client_id = message[4] if len(message) > 4 else None
             if hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
                 # counted before the copy: an apply landing during it counts as stale
@@ -225,7 +245,10 @@ def _worker_main(
             else:
                 version, torn = read_params(theta, meta_np, consistent, local)
             snapshot = Snapshot(local, version, extras=unpack(extras or {}), task=task)
-            update = worker.run_task(snapshot)
+            if worker is not None:
+                update = worker.run_task(snapshot)
+            else:  # an edge client's task: built here, from its id, and released
+                update = pool.run(client_id, snapshot)
             record = update_record(update)
             payload = update.payload
             record["in_slot"] = (
@@ -271,32 +294,20 @@ def _worker_main(
 # --- the main process ------------------------------------------------------------------------
 
 
-@dataclass(eq=False)  # identity: a slot is one worker
-class _Slot:
-    """One worker as the main process sees it, across its incarnations."""
+@dataclass(eq=False, kw_only=True)  # identity: a slot is one process
+class _Slot(Executor):
+    """A worker process: ``assigned`` is the task the loop dispatched to it (claimed)."""
 
-    worker_id: int
-    incarnation: int
     process: BaseProcess
     conn: Connection
     ready: bool = False
     """Warmed up and waiting for tasks."""
-    busy: bool = False
-    """Dispatched, and its update not yet handed to the loop (the scheduler's view)."""
-    claimed: bool = False
-    """The loop dispatched this worker and waits for a result that has not come back."""
     sent: int = 0
     """Tasks started whose results have not come back: the claimed one and, running ahead
     (Hogwild!), the next one, which the worker starts the moment it sends a result."""
     claims: int = 0
     """Running ahead: of those, the ones the loop has claimed (a worker applies a task's
     update only once its claim arrives, so nothing the loop did not count reaches θ)."""
-    failures: int = 0
-    """Unexpected failures since the last finished task."""
-    task: tuple[Task, Any, float] = (ComputeGradient(), None, 0.0)
-    """The task to (re-)run: what to do, the snapshot's packed extras and the run's progress."""
-    killed_on_purpose: bool = False
-    last_error: str = ""
 
 
 def _stop_processes(processes: list[BaseProcess], grace_s: float) -> None:
@@ -314,20 +325,33 @@ def _stop_processes(processes: list[BaseProcess], grace_s: float) -> None:
             process.join()
 
 
-class ProcessRuntime:
+class ProcessRuntime(Supervisor):
     """Workers in spawned processes; θ in shared memory; real wall-clock time."""
 
-    def __init__(self, cfg: TrainConfig, info: EnvInfo, hogwild: GlobalModel | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        info: EnvInfo,
+        hogwild: GlobalModel | None = None,
+        pool: WorkerPool | None = None,
+    ) -> None:
         """``hogwild``: the global model whose θ and optimizer statistics the workers step
-        themselves (moved into shared memory here); None: the main process applies."""
+        themselves (moved into shared memory here); None: the main process applies.
+        ``pool``: who the workers are (default: ``make_pool``); with edge clients, K clients
+        share the ``workers`` processes."""
         warn_if_oversubscribed(cfg.workers, "processes")
-        self.cfg, self.info = cfg, info
+        super().__init__(cfg, pool if pool is not None else make_pool(cfg, info), time.monotonic)
+        self.info = info
+        if hogwild is not None and not self.pool.persistent:
+            raise ValueError("Hogwild! runs persistent workers: a process runs one worker")
         self._ctx = mp.get_context("spawn")  # fork would copy the parent's threads and locks
         numel = FlatParams(build_model(cfg, info)).numel
         self._shared_model: dict[str, torch.Tensor] | None = None
+        # Who writes θ: the loop's server optimizer, or (Hogwild!) the workers themselves.
+        self.applier: Applier = SERVER_APPLIES
         if hogwild is not None:
             self._shared_model = hogwild.share_memory()
-            hogwild.written_by_workers = True
+            self.applier = WorkersApply()
             self._theta = self._shared_model["param"]  # the global model's own storage
         else:
             self._theta = torch.zeros(numel).share_memory_()
@@ -340,22 +364,18 @@ class ProcessRuntime:
         self._grad_slots = list(self._grads)  # views made once: indexing costs µs per update
         self._applied = torch.zeros(cfg.workers, dtype=torch.int64).share_memory_()
         self._published: int | None = None
-        self._arrived: list[tuple[float, int, Update]] = []
-        self._sequence = 0
-        self._faults = FaultInjector(cfg.inject_worker_faults, cfg.seed)
-        self.counters = FaultCounters()
         self.torn_reads = 0
         self._closed = False
-        self._origin = time.monotonic()  # reset once the workers are warm: the run begins
         # The finalizer holds this list, not self, so an abandoned runtime is still cleaned up.
         self._processes: list[BaseProcess] = []
         self._finalizer = weakref.finalize(self, _stop_processes, self._processes, 0.0)
-        self._slots: list[_Slot] = []
+        self.executors: list[_Slot] = []
+        self._slots = self.executors
         self._selector = selectors.DefaultSelector()
         try:
             for w in range(cfg.workers):
-                process, conn = self._spawn(w, 0)
-                self._slots.append(_Slot(w, 0, process, conn))
+                process, conn = self._start_process(w, 0)
+                self._slots.append(_Slot(worker_id=w, process=process, conn=conn))
                 self._watch(self._slots[-1])
             self._await_startup()
         except BaseException:
@@ -364,34 +384,6 @@ class ProcessRuntime:
         self._origin = time.monotonic()
 
     # -- the Runtime protocol --
-
-    def idle_workers(self) -> list[int]:
-        return [s.worker_id for s in self._slots if not s.busy]
-
-    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
-        slot = self._slots[worker_id]
-        if slot.busy:
-            raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
-        self._publish(snapshot)
-        extras = pack(snapshot.extras) if snapshot.extras else None
-        slot.task = (snapshot.task, extras, snapshot.progress)
-        slot.busy = True
-        slot.claimed = True
-        self._top_up(slot)
-        if self._faults.strike():
-            self.kill_worker(worker_id)
-
-    def next_update(self) -> Update:
-        while not self._arrived:
-            if not any(s.busy for s in self._slots):
-                raise RuntimeError("no task in flight and none started: the scheduler stalled")
-            self._pump()
-        _, _, update = heapq.heappop(self._arrived)
-        self._slots[update.worker_id].busy = False
-        return update
-
-    def virtual_time(self) -> float | None:
-        return None
 
     def settle(self) -> None:
         """Under Hogwild!: tell workers to stop writing θ and wait for the tasks in flight.
@@ -406,9 +398,9 @@ class ProcessRuntime:
         self._meta_np[HALT] = 1
         self._run_ahead = False
         for slot in self._slots:
-            slot.claimed = False  # nobody will take these results: send nothing more
+            slot.assigned = False  # nobody will take these results: send nothing more
             for _ in range(slot.sent - slot.claims):  # a task started ahead: discard it
-                self._send(slot, ("claim", None, None))
+                self._write(slot, ("claim", None, None))
             slot.claims = slot.sent
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while any(s.sent for s in self._slots) and (left := deadline - time.monotonic()) > 0:
@@ -417,8 +409,8 @@ class ProcessRuntime:
 
     def metrics(self) -> dict[str, float]:
         if self._shared_model is not None:  # under Hogwild! every read may be torn: not counted
-            return self.counters.as_metrics()
-        return self.counters.as_metrics() | {"sched/torn_reads": self.torn_reads}
+            return super().metrics()
+        return super().metrics() | {"sched/torn_reads": self.torn_reads}
 
     def close(self) -> None:
         if self._closed:
@@ -436,48 +428,46 @@ class ProcessRuntime:
     # -- checkpoints --
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs from us: the counters and every worker's incarnation.
-
-        Tasks in flight are not saved: after a resume every worker is idle, and the
-        scheduler starts again what its state says is missing (a sync round's pending
-        workers, for one).
-        """
-        return {
-            "incarnations": [s.incarnation for s in self._slots],
-            "restarts": self.counters.restarts,
-            "lost_updates": self.counters.lost_updates,
-            "torn_reads": self.torn_reads,
-        }
+        """The supervisor's (counters, incarnations) and the torn reads."""
+        return super().state_dict() | {"torn_reads": self.torn_reads}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the counters; replace every worker by its next incarnation.
-
-        The workers started by ``__init__`` would replay the seed streams the first
-        segment of the run already used; their successors draw fresh ones.
-        """
-        self.counters = FaultCounters(int(state["restarts"]), int(state["lost_updates"]))
         self.torn_reads = int(state["torn_reads"])
-        for slot, incarnation in zip(self._slots, state["incarnations"], strict=True):
-            self._stop(slot)
-            self._respawn(slot, int(incarnation) + 1)
-        self._await_startup()
-        self._origin = time.monotonic()
-
-    # -- fault tests --
-
-    def kill_worker(self, worker_id: int) -> None:
-        """SIGKILL a worker's process now (fault injection); it is restarted when noticed."""
-        slot = self._slots[worker_id]
-        slot.killed_on_purpose = True
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(slot.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        super().load_state_dict(state)
 
     def worker_pids(self) -> list[int]:
         return [s.process.pid for s in self._slots]  # type: ignore[misc]
 
     # -- internals --
 
-    def _spawn(self, worker_id: int, incarnation: int) -> tuple[BaseProcess, Connection]:
+    # -- the backend: spawn, send, poll --
+
+    def _prepare(self, snapshot: Snapshot) -> tuple[Task, Any, float]:
+        self._publish(snapshot)  # θ goes through shared memory, the rest through the pipe
+        extras = pack(snapshot.extras) if snapshot.extras else None
+        return (snapshot.task, extras, snapshot.progress)
+
+    def _task_for(
+        self, prepared: tuple[Task, Any, float], client: int | None
+    ) -> tuple[Task, Any, float, int | None]:
+        return (*prepared, client)
+
+    def _free(self, slot: _Slot) -> bool:
+        return slot.ready
+
+    def _lost(self, slot: _Slot) -> bool:
+        return slot.assigned and slot.sent > 0  # a run-ahead task nobody asked for is no loss
+
+    def _died(self, slot: _Slot) -> str:
+        if slot.last_error:
+            return "raised: " + slot.last_error.strip().splitlines()[-1]
+        return f"died (exit code {slot.process.exitcode})"
+
+    def _kill(self, slot: _Slot) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(slot.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+
+    def _start_process(self, worker_id: int, incarnation: int) -> tuple[BaseProcess, Connection]:
         ours, theirs = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
             target=_worker_main,
@@ -494,6 +484,7 @@ class ProcessRuntime:
                 self._applied,
                 not self.cfg.lock_free,
                 self._shared_model,
+                self.pool,
             ),
             daemon=True,  # multiprocessing's own atexit hook ends daemonic children too
         )
@@ -530,7 +521,7 @@ class ProcessRuntime:
         meta[SEQ] += 1
         self._published = snapshot.version
 
-    def _top_up(self, slot: _Slot) -> None:
+    def _send(self, slot: _Slot) -> None:
         """Send what the worker needs: the claimed task if it has not started it; running
         ahead, that task's claim and the start of the next one.
 
@@ -541,18 +532,18 @@ class ProcessRuntime:
         """
         if not slot.ready:
             return
-        if slot.claimed and slot.sent == slot.claims:  # the claimed task has not started
-            self._send(slot, ("task", *slot.task))
+        if slot.assigned and slot.sent == slot.claims:  # the claimed task has not started
+            self._write(slot, ("task", *slot.task))
             slot.sent += 1
         # At most one claim is outstanding: the loop has one task of a worker in hand.
-        if self._run_ahead and slot.claimed and slot.claims == 0 and slot.sent > 0:
+        if self._run_ahead and slot.assigned and slot.claims == 0 and slot.sent > 0:
             # the run's progress now (the learning rate), and the next task
-            self._send(slot, ("claim", slot.task[2], ("task", *slot.task)))
+            self._write(slot, ("claim", slot.task[2], ("task", *slot.task)))
             slot.claims += 1
             slot.sent += 1
 
     @staticmethod
-    def _send(slot: _Slot, message: Any) -> None:
+    def _write(slot: _Slot, message: Any) -> None:
         # A worker that died since we last looked breaks the pipe; its sentinel will wake
         # the next wait, which restarts it and re-runs the claimed task.
         with contextlib.suppress(OSError):
@@ -569,9 +560,8 @@ class ProcessRuntime:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(fileobj)
 
-    def _pump(self) -> None:
-        for slot in self._handle_events(None):
-            self._restart(slot)
+    def _poll(self) -> list[_Slot]:
+        return self._handle_events(None)
 
     def _handle_events(self, timeout: float | None) -> list[_Slot]:
         """Wait for messages or exits and handle them; return the workers that failed.
@@ -609,7 +599,9 @@ class ProcessRuntime:
             return False
         if kind == "ready":
             slot.ready = True
-            self._top_up(slot)
+            self._send(slot)
+            if not self.pool.persistent:
+                self._assign_waiting()
         elif kind == "result":
             self._receive(slot, body)
         elif kind == "error":
@@ -635,11 +627,7 @@ class ProcessRuntime:
         self.torn_reads += bool(torn)
         slot.sent -= 1
         slot.claims = max(slot.claims - 1, 0)  # running ahead, every result had its claim
-        slot.failures = 0
-        if slot.claimed:
-            slot.claimed = False
-            heapq.heappush(self._arrived, (finished_at, self._sequence, update))
-            self._sequence += 1
+        self._deliver(slot, update, finished_at)
 
     def _stop(self, slot: _Slot) -> None:
         process = slot.process
@@ -650,28 +638,8 @@ class ProcessRuntime:
         slot.conn.close()
         self._processes.remove(process)
 
-    def _respawn(self, slot: _Slot, incarnation: int) -> None:
-        slot.ready = slot.killed_on_purpose = False
+    def _spawn(self, slot: _Slot) -> None:
+        slot.ready = False
         slot.sent = slot.claims = 0
-        slot.last_error = ""
-        slot.incarnation = incarnation
-        slot.process, slot.conn = self._spawn(slot.worker_id, incarnation)
-        self._watch(slot)
-
-    def _restart(self, slot: _Slot) -> None:
-        process = slot.process
-        self._stop(slot)
-        if slot.killed_on_purpose:
-            reason = "was killed on purpose"
-        elif slot.last_error:
-            reason = "raised: " + slot.last_error.strip().splitlines()[-1]
-        else:
-            reason = f"died (exit code {process.exitcode})"
-        lost = slot.claimed and slot.sent > 0  # a run-ahead task nobody asked for is no loss
-        self.counters.restarts += 1
-        self.counters.lost_updates += lost
-        log_restart(slot.worker_id, slot.incarnation, reason, lost)
-        if not slot.killed_on_purpose:
-            slot.failures += 1
-            check_failures(slot.worker_id, slot.failures, slot.last_error)
-        self._respawn(slot, slot.incarnation + 1)  # a claimed task re-runs once it is ready
+        slot.process, slot.conn = self._start_process(slot.worker_id, slot.incarnation)
+        self._watch(slot)  # a claimed task re-runs once it is ready

@@ -2,8 +2,10 @@
 
 Install with ``pip install 'hybrid-rl[ray]'``. Each worker is a Ray actor that wraps a
 ``Worker`` (its own envs and local model, one CPU, ``torch_threads`` threads), warmed
-up before the run's clock starts. With edge clients (``clients``) there is one actor
-per client.
+up before the run's clock starts. With edge clients (``clients``) the ``workers`` actors
+are a pool: client k's task runs on whichever actor is free, which builds the client
+for that task and releases it (``hybrid.runtimes.pool``), so K = 10,000 clients need
+no more actors, CPUs or memory than ``workers`` do.
 
 Why not one Ray call per task
 -----------------------------
@@ -62,7 +64,6 @@ a ``sync`` round or a ``bounded`` wait never waits on a dead worker.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
 import os
 import secrets
@@ -87,17 +88,14 @@ import numpy as np
 import ray
 import torch
 
-from hybrid.clients import population
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.errors import ConfigError
 from hybrid.protocol import ComputeGradient, Snapshot, Task, Update
 from hybrid.runtimes._parallel import (
-    FaultCounters,
-    FaultInjector,
-    check_failures,
+    Executor,
+    Supervisor,
     dumps_message,
-    log_restart,
     pack,
     payload_tensor,
     physical_cores,
@@ -106,6 +104,7 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
+from hybrid.runtimes.pool import WorkerPool, make_pool
 
 if TYPE_CHECKING:
     from hybrid.config import TrainConfig
@@ -183,11 +182,25 @@ def _no_delay(conn: Connection) -> Connection:
 class ActorWorker:
     """The body of one Ray actor: a warmed-up ``Worker`` that runs tasks sent on its connection."""
 
-    def __init__(self, worker_id: int, incarnation: int, cfg: TrainConfig, info: EnvInfo) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        incarnation: int,
+        cfg: TrainConfig,
+        info: EnvInfo,
+        pool: WorkerPool | None = None,
+    ) -> None:
         torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing more
         self.worker_id, self.cfg, self.info = worker_id, cfg, info
-        self.worker = Worker(worker_id, cfg, info, incarnation)
-        warm_up(self.worker)
+        self.pool = pool if pool is not None else make_pool(cfg, info)
+        self.worker: Worker | None = None
+        if self.pool.persistent:
+            self.worker = self.pool.build(worker_id, incarnation)
+            warm_up(self.worker)
+        else:  # edge clients, built per task: pay the lazy start-up on a throw-away one
+            client = self.pool.build(0)
+            warm_up(client)
+            client.close()
         self._listener: Listener | None = None
 
     def listen(self, authkey: bytes) -> tuple[Any, int]:
@@ -236,16 +249,23 @@ class ActorWorker:
                 return  # the driver has gone: nobody is left to report to
 
     def run(
-        self, params: np.ndarray, version: int, task: Task | None = None, extras: Any = None
+        self,
+        params: np.ndarray,
+        version: int,
+        task: Task | None = None,
+        extras: Any = None,
+        client: int | None = None,
     ) -> dict[str, Any]:
+        """One task: on this actor's own worker, or (``client``) on that edge client, built
+        for the task and released after it, as on every runtime."""
         started_at = time.time()  # wall clock: roughly comparable across the nodes
-        if self.cfg.clients is not None:
-            # An edge client keeps no env or model between rounds, as on the serial runtime.
-            self.worker.close()
-            self.worker = Worker(self.worker_id, self.cfg, self.info, max(version, 0))
         task = task if task is not None else ComputeGradient()
         snapshot = Snapshot(payload_tensor(params), version, extras=unpack(extras or {}), task=task)
-        update = self.worker.run_task(snapshot)
+        if client is not None:
+            update = self.pool.run(client, snapshot)
+        else:
+            assert self.worker is not None, "edge-client actors run a client's task"
+            update = self.worker.run_task(snapshot)
         record = update_record(update)
         record.update(wire=pack(update.payload), started_at=started_at, finished_at=time.time())
         return record
@@ -492,7 +512,7 @@ def connect(cfg: TrainConfig) -> RaySession | None:
         _private_token(session)
         with _loopback_only():
             ray.init(
-                num_cpus=max(population(cfg), physical_cores()),  # one CPU per actor must fit
+                num_cpus=max(cfg.workers, physical_cores()),  # one CPU per actor must fit
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
                 _temp_dir=str(session.private_dir),
@@ -519,51 +539,46 @@ def _short_tmp() -> str | None:
 
 @dataclass
 class _Task:
-    """The freshest dispatched snapshot, pickled once (a sync round's N tasks share it)."""
+    """A dispatched snapshot as it travels: θ as numpy, the version, the task, its extras;
+    pickled once for persistent workers (a sync round's N tasks share it)."""
 
     version: int
-    message: bytes
+    fields: tuple[Any, ...]
+    message: bytes = b""
 
 
-@dataclass(eq=False)  # identity: one worker
-class _Actor:
-    """One worker as the driver sees it, across its incarnations."""
+@dataclass(eq=False, kw_only=True)  # identity: one actor
+class _Actor(Executor):
+    """An actor: ``task`` is the pickled message of its assigned task."""
 
-    worker_id: int
-    incarnation: int
-    handle: Any
+    handle: Any = None
     starting: Any = None
     """The ObjectRef of ``listen`` while the actor starts; None once connected."""
     serving: Any = None
     """The ObjectRef of ``serve``: kept so that Ray keeps the call's result."""
     conn: Connection | None = None
     pid: int = 0
-    busy: bool = False
-    """Dispatched, and its update not yet handed to the loop (the scheduler's view)."""
     sent: bool = False
-    """The busy task went out on the current connection (else it goes once connected)."""
-    failures: int = 0
-    killed_on_purpose: bool = False
-    last_error: str = ""
+    """The assigned task went out on the current connection (else it goes once connected)."""
     started_at: float = 0.0
 
 
-class RayRuntime:
+class RayRuntime(Supervisor):
     """Workers as Ray actors; real wall-clock time; earliest completion first."""
 
-    def __init__(self, cfg: TrainConfig, info: EnvInfo) -> None:
+    def __init__(self, cfg: TrainConfig, info: EnvInfo, pool: WorkerPool | None = None) -> None:
+        """``pool``: who the workers are (default: ``make_pool``); with edge clients, K
+        clients share ``workers`` actors."""
         if not cfg.ray_address:
-            warn_if_oversubscribed(population(cfg), "ray")
-        self.cfg, self.info = cfg, info
+            warn_if_oversubscribed(cfg.workers, "ray")
+        super().__init__(cfg, pool if pool is not None else make_pool(cfg, info), time.time)
+        self.info = info
         self._session: RaySession | None = None
         self._selector = selectors.DefaultSelector()
-        self._arrived: list[tuple[float, int, Update]] = []
-        self._sequence = 0
         self._latest: _Task | None = None
-        self._faults = FaultInjector(cfg.inject_worker_faults, cfg.seed)
-        self.counters = FaultCounters()
         self._closed = False
-        self._actors: list[_Actor] = []
+        self.executors: list[_Actor] = []
+        self._actors = self.executors
         self._authkey = secrets.token_bytes(32)
         # Until the actors are up, SIGINT/SIGTERM end the start-up here, with Ray shut down
         # whole (ray.init answers SIGTERM with sys.exit(15) and leaves its agents running).
@@ -581,9 +596,9 @@ class RayRuntime:
                 self._remote = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(
                     ActorWorker
                 )
-                for w in range(population(cfg)):  # edge clients: one actor per client
-                    self._actors.append(_Actor(w, 0, None))
-                    self._start(self._actors[-1])
+                for w in range(cfg.workers):  # edge clients too: a pool of actors
+                    self._actors.append(_Actor(worker_id=w))
+                    self._spawn(self._actors[-1])
                 self._await_startup()
             except BaseException:
                 signals.fired = True  # a second signal must not cut the clean-up short
@@ -593,40 +608,8 @@ class RayRuntime:
 
     # -- the Runtime protocol --
 
-    def idle_workers(self) -> list[int]:
-        return [a.worker_id for a in self._actors if not a.busy]
-
-    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
-        actor = self._actors[worker_id]
-        if actor.busy:
-            raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
-        if self._latest is None or self._latest.version != snapshot.version:
-            extras = pack(snapshot.extras) if snapshot.extras else None
-            task = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
-            self._latest = _Task(snapshot.version, dumps_message(task))
-        actor.busy = True
-        self._send_task(actor)
-        if self._faults.strike():
-            self.kill_worker(worker_id)
-
-    def next_update(self) -> Update:
-        while not self._arrived:
-            if not any(a.busy for a in self._actors):
-                raise RuntimeError("no task in flight and none started: the scheduler stalled")
-            for actor in self._handle_events():
-                self._restart(actor)
-        _, _, update = heapq.heappop(self._arrived)
-        self._actors[update.worker_id].busy = False
-        return update
-
     def settle(self) -> None:
         pass  # only the main process writes the global model
-
-    def virtual_time(self) -> float | None:
-        return None
-
-    def metrics(self) -> dict[str, float]:
-        return self.counters.as_metrics()
 
     def close(self) -> None:
         if self._closed:
@@ -640,43 +623,51 @@ class RayRuntime:
         if self._session is not None:  # ours to stop (a notebook's own Ray is left running)
             self._session.close()
 
-    # -- checkpoints --
-
-    def state_dict(self) -> dict[str, Any]:
-        """The counters and every actor's incarnation (tasks in flight re-run on resume)."""
-        return {
-            "incarnations": [a.incarnation for a in self._actors],
-            "restarts": self.counters.restarts,
-            "lost_updates": self.counters.lost_updates,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the counters; replace every actor by its next incarnation (fresh seeds)."""
-        self.counters = FaultCounters(int(state["restarts"]), int(state["lost_updates"]))
-        for actor, incarnation in zip(self._actors, state["incarnations"], strict=True):
-            self._stop(actor)
-            actor.incarnation = int(incarnation) + 1
-            self._start(actor)
-        self._await_startup()
-        self._origin = time.time()
-
-    # -- fault tests --
-
-    def kill_worker(self, worker_id: int) -> None:
-        """Kill a worker's actor now (fault injection); it is restarted when noticed."""
-        actor = self._actors[worker_id]
-        actor.killed_on_purpose = True
-        ray.kill(actor.handle, no_restart=True)
-
     def worker_pids(self) -> list[int]:
         """Each actor's process id, as it reported when it connected (0 while starting)."""
         return [a.pid for a in self._actors]
 
     # -- internals --
 
-    def _start(self, actor: _Actor) -> None:
+    # -- the backend: spawn, send, poll --
+
+    def _prepare(self, snapshot: Snapshot) -> _Task:
+        if self._latest is None or self._latest.version != snapshot.version:
+            extras = pack(snapshot.extras) if snapshot.extras else None
+            fields = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
+            self._latest = _Task(snapshot.version, fields)
+        return self._latest
+
+    def _task_for(self, prepared: _Task, client: int | None) -> bytes:
+        if client is not None:  # the edge client to build for it travels with the task
+            return dumps_message((*prepared.fields, client))
+        if not prepared.message:
+            prepared.message = dumps_message(prepared.fields)
+        return prepared.message
+
+    def _free(self, actor: _Actor) -> bool:
+        return actor.conn is not None
+
+    def _lost(self, actor: _Actor) -> bool:
+        return actor.assigned and actor.sent  # a task queued for a starting actor is no loss
+
+    def _died(self, actor: _Actor) -> str:
+        error = actor.last_error.strip()
+        if error.startswith("Traceback"):
+            return "raised: " + error.splitlines()[-1]
+        return "died" + (f" ({error.splitlines()[-1]})" if error else "")
+
+    def _kill(self, actor: _Actor) -> None:
+        ray.kill(actor.handle, no_restart=True)
+
+    def _poll(self) -> list[_Actor]:
+        return self._handle_events()
+
+    def _spawn(self, actor: _Actor) -> None:
         """Create the actor; it warms up, then opens its end of the connection (async)."""
-        actor.handle = self._remote.remote(actor.worker_id, actor.incarnation, self.cfg, self.info)
+        actor.handle = self._remote.remote(
+            actor.worker_id, actor.incarnation, self.cfg, self.info, self.pool
+        )
         actor.starting = actor.handle.listen.remote(self._authkey)
         actor.started_at = time.monotonic()
 
@@ -717,8 +708,10 @@ class RayRuntime:
                 failed.append(actor)
                 continue
             self._selector.register(actor.conn, selectors.EVENT_READ, actor)
-            if actor.busy:  # a task that was lost with the previous incarnation, or queued
-                self._send_task(actor)
+            if actor.assigned:  # a task that was lost with the previous incarnation, or queued
+                self._send(actor)
+        if ready and not self.pool.persistent:
+            self._assign_waiting()
         for actor in starting.values():
             if actor.starting is not None and time.monotonic() - actor.started_at > (
                 STARTUP_TIMEOUT_S
@@ -728,13 +721,12 @@ class RayRuntime:
                 )
         return failed
 
-    def _send_task(self, actor: _Actor) -> None:
+    def _send(self, actor: _Actor) -> None:
         actor.sent = False
         if actor.conn is None:
             return  # starting: the task goes out once it is connected
-        assert self._latest is not None
         try:
-            actor.conn.send_bytes(self._latest.message)
+            actor.conn.send_bytes(actor.task)
             actor.sent = True
         except OSError:
             pass  # it died: its connection reads as closed at the next wait, which restarts it
@@ -766,10 +758,8 @@ class RayRuntime:
         update.started_s = started_at - self._origin
         update.cost_s = received_at - started_at
         update.upload_s = received_at - finished_at  # transfer, and waiting for the driver
-        heapq.heappush(self._arrived, (finished_at, self._sequence, update))
-        self._sequence += 1
         actor.sent = False
-        actor.failures = 0
+        self._deliver(actor, update, finished_at)
 
     def _disconnect(self, actor: _Actor) -> None:
         if actor.conn is None:
@@ -786,24 +776,3 @@ class RayRuntime:
         actor.starting = actor.serving = None
         with contextlib.suppress(Exception):
             ray.kill(actor.handle, no_restart=True)
-
-    def _restart(self, actor: _Actor) -> None:
-        error = actor.last_error
-        if actor.killed_on_purpose:
-            reason = "was killed on purpose"
-        elif error.strip().startswith("Traceback"):
-            reason = "raised: " + error.strip().splitlines()[-1]
-        else:
-            reason = "died" + (f" ({error.strip().splitlines()[-1]})" if error.strip() else "")
-        lost = actor.busy and actor.sent  # a task queued for a starting actor is no loss
-        self._stop(actor)
-        self.counters.restarts += 1
-        self.counters.lost_updates += lost
-        log_restart(actor.worker_id, actor.incarnation, reason, lost)
-        if not actor.killed_on_purpose:
-            actor.failures += 1
-            check_failures(actor.worker_id, actor.failures, error)
-        actor.killed_on_purpose = False
-        actor.last_error = ""
-        actor.incarnation += 1
-        self._start(actor)  # a busy actor's task re-runs once the new one is connected

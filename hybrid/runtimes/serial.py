@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybrid.checkpoint import update_from_state, update_to_state
-from hybrid.clients import ClientCostModel, population
-from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
+from hybrid.runtimes.pool import WorkerPool, make_pool
 from hybrid.seeding import CLOCK, stream
 
 if TYPE_CHECKING:
@@ -66,17 +65,18 @@ def cluster_slowness(cfg: TrainConfig) -> np.ndarray:
 
 
 class SerialRuntime:
-    def __init__(self, cfg: TrainConfig, info: EnvInfo) -> None:
+    def __init__(self, cfg: TrainConfig, info: EnvInfo, pool: WorkerPool | None = None) -> None:
         self.cfg, self.info = cfg, info
-        # Edge clients (cfg.clients) hold no env or model between tasks: each task builds
-        # its client from (seed, client id, version) and its profile, then releases it, so
-        # memory grows with the tasks in flight, not with the number of clients.
-        self.on_demand = cfg.clients is not None
-        self.workers = [] if self.on_demand else [Worker(w, cfg, info) for w in range(cfg.workers)]
+        self.pool = pool if pool is not None else make_pool(cfg, info)
+        # Edge clients (an on-demand pool) hold no env or model between tasks: each task
+        # builds its client, then releases it, so memory grows with the tasks in flight,
+        # not with the number of clients.
+        self.on_demand = not self.pool.persistent
+        self.workers = [] if self.on_demand else [self.pool.build(w) for w in range(self.pool.size)]
         self.cost = CostModel(cfg)
-        self.client_cost = ClientCostModel(cfg) if self.on_demand else None
+        self.client_cost = self.pool.cost_model()
         self.clock = 0.0
-        self.busy = [False] * population(cfg)
+        self.busy = [False] * self.pool.size
         self.busy_until: dict[int, float] = {}
         """Devices still computing a task the server stopped waiting for at its deadline."""
         self._queue: list[tuple[float, int, Update]] = []
@@ -96,11 +96,7 @@ class SerialRuntime:
 
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
         if self.on_demand:
-            client = Worker(worker_id, self.cfg, self.info, incarnation=max(snapshot.version, 0))
-            try:
-                update = client.run_task(snapshot)
-            finally:
-                client.close()
+            update = self.pool.run(worker_id, snapshot)
         else:
             update = self.workers[worker_id].run_task(snapshot)
         started = time.perf_counter()

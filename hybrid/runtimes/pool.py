@@ -1,0 +1,106 @@
+"""Worker pools: what a runtime builds to run the task of worker id k.
+
+Every runtime (serial, processes, ray) gets its workers from a pool, so "who the
+workers are" is decided once, here, and "where they run" stays the runtime's:
+
+- ``PersistentWorkers``: ids 0..workers-1, one ``Worker`` per id living through the
+  run (its envs, episodes in progress, codec residual). A runtime gives each id its own
+  executor: an object on the serial runtime, a process, an actor.
+- ``EdgeClients``: ids 0..K-1, simulated edge clients (``clients``). A client is a
+  profile (env variant, device speed, links) drawn from the run's seed; its worker is
+  built for each task from (client id, round version) and released after it, so memory
+  grows with the tasks in flight, not with K. A runtime runs them on a fixed set of
+  executors (serial: the one process on its virtual clock; processes: ``workers``
+  processes; ray: ``workers`` actors), client k's task on whichever executor is free.
+  Seeds come from (client id, version), so a client's Δ does not depend on the executor.
+
+The pool lives here, beside its only users: it must be picklable into worker processes
+and actors; the client profiles it builds from are ``hybrid.clients``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hybrid.clients import ClientCostModel
+from hybrid.core.worker import Worker
+from hybrid.protocol import Snapshot, Update
+
+if TYPE_CHECKING:
+    from hybrid.config import TrainConfig
+    from hybrid.envs import EnvInfo
+
+
+class WorkerPool(Protocol):
+    size: int
+    """Worker ids are 0..size-1: the ids a scheduler hands tasks to."""
+    persistent: bool
+    """True: each id has one worker for the whole run (and an executor of its own). False:
+    a worker is built per task, on any free executor (``run``)."""
+
+    def build(self, worker_id: int, incarnation: int = 0) -> Worker: ...
+
+    def run(self, worker_id: int, snapshot: Snapshot) -> Update:
+        """Build worker ``worker_id`` for this task, run it and release it (on-demand pools)."""
+        ...
+
+    def cost_model(self) -> Any:
+        """The virtual clock's cost model of these workers, or None for the runtime's own."""
+        ...
+
+
+@dataclass(frozen=True)
+class PersistentWorkers:
+    """``workers`` long-lived workers, ids 0..workers-1."""
+
+    cfg: TrainConfig
+    info: EnvInfo
+    persistent = True
+
+    @property
+    def size(self) -> int:
+        return self.cfg.workers
+
+    def build(self, worker_id: int, incarnation: int = 0) -> Worker:
+        return Worker(worker_id, self.cfg, self.info, incarnation)
+
+    def run(self, worker_id: int, snapshot: Snapshot) -> Update:
+        raise RuntimeError("persistent workers keep their state: run tasks on the built worker")
+
+    def cost_model(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class EdgeClients:
+    """K simulated edge clients, ids 0..K-1, each built on demand for one task."""
+
+    cfg: TrainConfig
+    info: EnvInfo
+    persistent = False
+
+    @property
+    def size(self) -> int:
+        assert self.cfg.clients is not None
+        return self.cfg.clients
+
+    def build(self, worker_id: int, incarnation: int = 0) -> Worker:
+        # The worker applies the client's env variant (client_dynamics) from its id.
+        return Worker(worker_id, self.cfg, self.info, incarnation)
+
+    def run(self, worker_id: int, snapshot: Snapshot) -> Update:
+        # Seeded by (client, version): the same task gives the same Δ on every executor.
+        client = self.build(worker_id, incarnation=max(snapshot.version, 0))
+        try:
+            return client.run_task(snapshot)
+        finally:
+            client.close()
+
+    def cost_model(self) -> Any:
+        return ClientCostModel(self.cfg)
+
+
+def make_pool(cfg: TrainConfig, info: EnvInfo) -> WorkerPool:
+    """Edge clients when ``clients`` is set, else the persistent ``workers``."""
+    return EdgeClients(cfg, info) if cfg.clients is not None else PersistentWorkers(cfg, info)

@@ -1,0 +1,133 @@
+"""Worker pools (hybrid/runtimes/pool.py): edge clients on every runtime.
+
+fedavg with K = 1,000 clients and a small C runs on serial, processes and ray; the
+parallel runtimes run the clients on their fixed ``workers`` processes or actors and
+sample the same clients per round as serial; K = 10,000 clients on Ray create no more
+than ``workers`` actors.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import hybrid
+from hybrid.config import TrainConfig
+from hybrid.core.loop import initial_params, make_task
+from hybrid.envs import describe
+from hybrid.protocol import Snapshot, TrainLocally
+from hybrid.runtimes.pool import EdgeClients, PersistentWorkers, make_pool
+
+
+def _fedavg(clients: int, out: Path, **changes) -> TrainConfig:
+    return TrainConfig(
+        scheduler="fedavg",
+        clients=clients,
+        client_fraction=3 / clients,  # three clients per round
+        local_steps=1,
+        rollout_steps=5,
+        workers=2,  # processes or actors that the clients share
+        optimizer="sgd",
+        lr=1.0,
+        client_dynamics="pole_length",
+        total_env_steps=150,  # a few rounds
+        log_every=50,
+        eval_every=10**9,
+        eval_episodes=1,
+        client_eval_clients=2,
+        stop_when_solved=False,
+        progress=False,
+        out=str(out),
+    ).replace(**changes)
+
+
+def _clients_per_round(result: hybrid.Result) -> dict[int, set[int]]:
+    """The clients whose Δ was applied, by the version their round started from."""
+    rounds: dict[int, set[int]] = collections.defaultdict(set)
+    for line in (result.run_dir / "spans.jsonl").read_text().splitlines():
+        span = json.loads(line)
+        rounds[span["base_version"]].add(span["worker"])
+    return dict(rounds)
+
+
+def test_the_pool_follows_clients():
+    cfg = TrainConfig(workers=3)
+    info = describe(cfg.env)
+    persistent = make_pool(cfg, info)
+    assert isinstance(persistent, PersistentWorkers) and persistent.persistent
+    assert persistent.size == 3 and persistent.cost_model() is None
+    edge = make_pool(cfg.replace(scheduler="fedavg", clients=1000), info)
+    assert isinstance(edge, EdgeClients) and not edge.persistent and edge.size == 1000
+    assert edge.cost_model() is not None  # the clients' links and device speeds
+
+
+def test_an_edge_client_gives_the_same_delta_wherever_it_is_built():
+    """Seeds come from (client, version), not from the executor or its history: the same
+    task gives the same Δ on a fresh pool, after other clients, or twice in a row."""
+    cfg = TrainConfig(scheduler="fedavg", clients=50, local_steps=2, client_dynamics="gravity")
+    info = describe(cfg.env)
+    theta = initial_params(cfg, info)
+    snapshot = Snapshot(theta, 4, task=make_task(TrainLocally, cfg))
+    first = EdgeClients(cfg, info).run(17, snapshot)
+    other_pool = EdgeClients(cfg, info)
+    other_pool.run(3, snapshot)
+    again = other_pool.run(17, snapshot)
+    assert first.worker_id == again.worker_id == 17
+    assert torch.equal(first.payload, again.payload)
+    later = other_pool.run(17, Snapshot(theta, 5, task=snapshot.task))
+    assert not torch.equal(first.payload, later.payload)  # a later round draws afresh
+
+
+@pytest.fixture(scope="module")
+def serial_thousand(tmp_path_factory):
+    """The reference: 1,000 clients on the serial runtime's virtual clock."""
+    return hybrid.train(_fedavg(1000, tmp_path_factory.mktemp("serial") / "run"))
+
+
+@pytest.mark.parametrize("runtime", ["processes", "ray"])
+def test_a_thousand_clients_sample_like_serial(serial_thousand, runtime, tmp_path):
+    if runtime == "ray":
+        pytest.importorskip("ray", reason="the ray runtime is an extra: pip install hybrid-rl[ray]")
+    result = hybrid.train(_fedavg(1000, tmp_path / "run", runtime=runtime))
+    expected = _clients_per_round(serial_thousand)
+    assert len(expected) == serial_thousand.summary["updates"] >= 3
+    assert all(len(clients) == 3 for clients in expected.values())
+    assert _clients_per_round(result) == expected  # same seed, same clients, every round
+    assert result.summary["updates"] == serial_thousand.summary["updates"]
+    # Same seeds (client, version), same Δs; only the summation order may differ.
+    torch.testing.assert_close(result.params, serial_thousand.params, rtol=0, atol=1e-5)
+    assert result.metrics("train")[-1]["sched/worker_restarts"] == 0
+
+
+def test_ten_thousand_clients_on_ray_make_at_most_workers_actors(tmp_path, monkeypatch):
+    pytest.importorskip("ray", reason="the ray runtime is an extra: pip install hybrid-rl[ray]")
+    from hybrid.runtimes.ray import RayRuntime
+
+    created: list[int] = []
+    spawn = RayRuntime._spawn
+
+    def counted(self, actor):
+        created.append(actor.worker_id)
+        spawn(self, actor)
+
+    monkeypatch.setattr(RayRuntime, "_spawn", counted)
+    result = hybrid.train(_fedavg(10_000, tmp_path / "run", runtime="ray", total_env_steps=100))
+    rounds = _clients_per_round(result)
+    assert result.summary["updates"] >= 2 and len(rounds) == result.summary["updates"]
+    assert len(set().union(*rounds.values())) > 2  # more clients took part than actors exist
+    assert 0 < len(created) <= 2  # the workers' actors, not one per client
+
+
+def test_killed_processes_rerun_their_clients_tasks_unchanged(serial_thousand, tmp_path):
+    """A process killed with a client's task under way is replaced and the task re-runs
+    from the same (client, version) seeds: the run ends where the fault-free one does."""
+    result = hybrid.train(
+        _fedavg(1000, tmp_path / "run", runtime="processes", inject_worker_faults=0.3)
+    )
+    assert result.metrics("train")[-1]["sched/worker_restarts"] > 0
+    assert _clients_per_round(result) == _clients_per_round(serial_thousand)
+    torch.testing.assert_close(result.params, serial_thousand.params, rtol=0, atol=1e-5)
