@@ -146,10 +146,26 @@ class ActorCritic(nn.Module):
         out = self._actor_no_grad(obs)
         if generator is None:
             return out.argmax(-1)
-        # Inverse-CDF sampling: several times cheaper than torch.multinomial on tiny batches.
-        cdf = torch.softmax(out, -1).cumsum(-1)
-        u = torch.rand((*out.shape[:-1], 1), generator=generator)
-        return (cdf < u).sum(-1).clamp_(max=out.shape[-1] - 1)
+        return _sample_categorical(out, torch.rand((*out.shape[:-1], 1), generator=generator))
+
+    @property
+    def groups_acting(self) -> bool:
+        """Whether ``act_group`` can act for several workers' envs in one forward pass."""
+        return not self.continuous and self._acting_layers is not None
+
+    def act_group(
+        self, obs: torch.Tensor, generators: list[torch.Generator], sizes: list[int]
+    ) -> torch.Tensor:
+        """Sampled actions for the stacked observations of several workers: one forward pass
+        for all rows, each worker's rows sampled with its own generator (as ``act`` would).
+
+        The rows come out as ``act`` gives them up to float rounding: a matrix product's
+        rounding depends on how many rows it has."""
+        out = self._actor_no_grad(obs)
+        u = torch.cat(
+            [torch.rand((n, 1), generator=g) for g, n in zip(generators, sizes, strict=True)]
+        )
+        return _sample_categorical(out, u)
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -165,6 +181,13 @@ class ActorCritic(nn.Module):
         logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.exp() * logits).sum(-1)
         return logp, entropy
+
+
+def _sample_categorical(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling with uniforms ``u`` (one per row): several times cheaper than
+    torch.multinomial on tiny batches."""
+    cdf = torch.softmax(logits, -1).cumsum(-1)
+    return (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
 
 
 class QNetwork(nn.Module):

@@ -18,7 +18,7 @@ import numpy as np
 from federated.clients import ClientCostModel, population
 from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.config import TrainConfig
-from hybrid.core.worker import Worker
+from hybrid.core.worker import Worker, groups_gradients, run_group
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.seeding import CLOCK, stream
@@ -101,6 +101,22 @@ class SerialRuntime:
                 client.close()
         else:
             update = self.workers[worker_id].run_task(snapshot)
+        self._schedule(worker_id, snapshot, update)
+
+    def dispatch_group(self, worker_ids: list[int], snapshot: Snapshot) -> None:
+        """Start several workers on one snapshot: persistent A2C gradient workers compute
+        their tasks together (``run_group``: one forward pass per env step for all their
+        envs, one batched gradient call), everything else one task at a time."""
+        group = [] if self.on_demand else [self.workers[w] for w in worker_ids]
+        if not groups_gradients(group, snapshot):
+            for worker_id in worker_ids:
+                self.dispatch(worker_id, snapshot)
+            return
+        for worker_id, update in zip(worker_ids, run_group(group, snapshot), strict=True):
+            self._schedule(worker_id, snapshot, update)
+
+    def _schedule(self, worker_id: int, snapshot: Snapshot, update: Update) -> None:
+        """Give a computed task its virtual duration and queue it for its arrival."""
         started = time.perf_counter()
         task = snapshot.task
         updates = task.steps if isinstance(task, TrainLocally) else 1
