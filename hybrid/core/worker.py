@@ -48,14 +48,24 @@ class Worker:
     """
 
     def __init__(
-        self, worker_id: int, cfg: TrainConfig, info: EnvInfo, incarnation: int = 0
+        self,
+        worker_id: int,
+        cfg: TrainConfig,
+        info: EnvInfo,
+        incarnation: int = 0,
+        shared_model: tuple[torch.nn.Module, FlatParams] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.cfg = cfg
         env_seed, torch_seed = worker_seeds(cfg.seed, worker_id, incarnation)
         self.algorithm = ALGORITHMS[cfg.algo]
-        self.model = build_model(cfg, info, worker_id)
-        self.flat = FlatParams(self.model)
+        # Workers that run one at a time may share one model: every task loads the snapshot
+        # into it first (see ``shares_model``).
+        if shared_model is not None:
+            self.model, self.flat = shared_model
+        else:
+            self.model = build_model(cfg, info, worker_id)
+            self.flat = FlatParams(self.model)
         self.loss_fn = self.algorithm.loss(cfg)
         self.actor_payload = self.algorithm.actor_payload(cfg)
         build_local = self.algorithm.local_update
@@ -80,6 +90,13 @@ class Worker:
             )
         )
         self.tasks_done = 0
+
+    @property
+    def shares_model(self) -> bool:
+        """Whether workers that never run at the same time can share this worker's model:
+        true of an actor-critic, which holds nothing between tasks besides the snapshot's
+        parameters (a Q-network holds its worker's epsilon)."""
+        return type(self.model) is ActorCritic
 
     @property
     def obs_norm(self) -> ObsNormalizer | None:

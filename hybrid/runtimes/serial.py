@@ -70,21 +70,35 @@ class SerialRuntime:
         # its client from (seed, client id, version) and its profile, then releases it, so
         # memory grows with the tasks in flight, not with the number of clients.
         self.on_demand = cfg.clients is not None
-        self.workers = [] if self.on_demand else [Worker(w, cfg, info) for w in range(cfg.workers)]
+        self.workers = [] if self.on_demand else self._build_workers(cfg, info)
         self.cost = CostModel(cfg)
         self.client_cost = ClientCostModel(cfg) if self.on_demand else None
         self.clock = 0.0
         self.busy = [False] * population(cfg)
         self.busy_until: dict[int, float] = {}
         """Devices still computing a task the server stopped waiting for at its deadline."""
+        self._idle = set(range(len(self.busy)))
+        """Neither busy nor in busy_until: kept up to date so that finding the idle workers
+        costs what is idle, not the population (thousands of simulated workers)."""
         self._queue: list[tuple[float, int, Update]] = []
         self._sequence = 0  # ties in finish time resolve in dispatch order
         self.bookkeeping_s = 0.0  # wall time spent on the clock itself, for the overhead figure
 
+    @staticmethod
+    def _build_workers(cfg: TrainConfig, info: EnvInfo) -> list[Worker]:
+        """The persistent workers. Tasks run one after another here, so workers share one
+        model where it holds no state of its own: a simulated worker then costs its envs,
+        generator and normalizer, not a network."""
+        first = Worker(0, cfg, info)
+        shared = (first.model, first.flat) if first.shares_model else None
+        return [first] + [Worker(w, cfg, info, shared_model=shared) for w in range(1, cfg.workers)]
+
     def idle_workers(self) -> list[int]:
         for w in [w for w, end in self.busy_until.items() if end <= self.clock]:
             del self.busy_until[w]
-        idle = [w for w, busy in enumerate(self.busy) if not busy and w not in self.busy_until]
+            if not self.busy[w]:
+                self._idle.add(w)
+        idle = sorted(self._idle)
         if not idle and not self._queue and self.busy_until:
             # Nothing is on its way to the server and nobody is free: time passes until the
             # first device still working past its deadline is done.
@@ -142,6 +156,7 @@ class SerialRuntime:
         heapq.heappush(self._queue, (arrival, self._sequence, update))
         self._sequence += 1
         self.busy[worker_id] = True
+        self._idle.discard(worker_id)
         self.bookkeeping_s += time.perf_counter() - started
 
     def next_update(self) -> Update:
@@ -151,6 +166,8 @@ class SerialRuntime:
         finish, _, update = heapq.heappop(self._queue)
         self.clock = finish
         self.busy[update.worker_id] = False
+        if update.worker_id not in self.busy_until:
+            self._idle.add(update.worker_id)
         self.bookkeeping_s += time.perf_counter() - started
         return update
 
@@ -179,6 +196,9 @@ class SerialRuntime:
         self.clock = float(state["clock"])
         self.busy = [bool(b) for b in state["busy"]]
         self.busy_until = {int(w): float(t) for w, t in state.get("busy_until", [])}
+        self._idle = {
+            w for w, busy in enumerate(self.busy) if not busy and w not in self.busy_until
+        }
         self._sequence = int(state["sequence"])
         self._queue = [(t, seq, update_from_state(u)) for t, seq, u in state["queue"]]
         heapq.heapify(self._queue)
