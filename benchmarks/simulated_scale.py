@@ -61,7 +61,7 @@ else:
 
     steps = 5 * (workers + updates)  # the first round (every worker starts), then `updates`
     with tempfile.TemporaryDirectory() as tmp:
-        hybrid.train(cfg.replace(total_env_steps=steps, log_every=5 * max(workers // 4, 50),
+        hybrid.train(cfg.replace(total_env_steps=steps, log_every=250,
                                  out=tmp + "/run"), callbacks=[Rows()])
     first = next(r for r in rows if r[0] >= workers)  # the start-up round is over
     last = rows[-1]
@@ -76,8 +76,9 @@ def child(workers: int, updates: int, what: str) -> dict[str, float]:
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
-        check=True,
     )
+    if out.returncode:
+        raise SystemExit(f"{workers} workers, {what}: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
