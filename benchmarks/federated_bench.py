@@ -14,13 +14,21 @@ Table 2 — 20% of the clients are 4x slower: virtual time for N rounds without 
 deadline, with a deadline that drops late updates, and with one that admits them
 a round later (asynchronous FL).
 
+Table 3 (``--speed``; only this table) — the cost of a round, next to issue 18's
+targets: 100 clients, 10 per round, 1 local step of 5 env steps each (fresh processes,
+median over repeats): milliseconds per round in the steady state, seconds from process
+start to the end of the first round, peak resident memory, and which heavy optional
+modules the run imported (it needs none of them).
+
 Prints Markdown; mean ± standard deviation over seeds. Nothing here asserts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,12 +137,73 @@ def mean_sd(values: list[float], digits: int = 0) -> str:
     return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
+SPEED_CHILD = r"""
+import sys, time
+launched = float(sys.argv[1])
+rounds = int(sys.argv[2])
+import resource, tempfile, warnings
+warnings.filterwarnings("ignore")
+import hybrid
+from hybrid import Callback, TrainConfig
+
+walls = []
+class Rounds(Callback):
+    def on_log(self, row):
+        walls.append((time.time(), row["wall_s"]))
+
+with tempfile.TemporaryDirectory() as tmp:
+    cfg = TrainConfig(scheduler="fedavg", clients=100, client_fraction=0.1, local_steps=1,
+                      rollout_steps=5, envs_per_worker=1, total_env_steps=rounds * 50,
+                      log_every=50, eval_every=10**9, stop_when_solved=False, progress=False,
+                      out=tmp + "/run")
+    hybrid.train(cfg, callbacks=[Rounds()])
+heavy = [m for m in ("wandb", "matplotlib", "scipy", "ray", "pandas") if m in sys.modules]
+steady = [b[1] - a[1] for a, b in zip(walls[1:], walls[2:])]  # rounds after the second
+print({"first_round_s": walls[0][0] - launched, "round_s": sorted(steady)[len(steady) // 2],
+       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "heavy": heavy})
+"""
+
+
+def speed(repeats: int, rounds: int) -> None:
+    """Table 3: a round's cost, start-up and memory in fresh processes."""
+    root = Path(__file__).resolve().parents[1]
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", SPEED_CHILD, repr(time.time()), str(rounds)],
+            cwd=root,
+            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1].replace("'", '"')))
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    print(f"## A round's cost: 100 clients, 10 per round, 1 local step; {repeats} processes\n")
+    print("| figure | measured (median) | target |")
+    print("| --- | --: | --: |")
+    print(f"| ms per round | {1000 * median('round_s'):.1f} | <= 10 |")
+    print(
+        f"| s from process start to the first round's end | {median('first_round_s'):.2f} | < 1 |"
+    )
+    print(f"| peak RSS, MB | {median('rss_mb'):.0f} | <= 250 |")
+    print(f"| heavy optional modules imported | {', '.join(runs[0]['heavy']) or 'none'} | none |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--rounds", type=int, default=20, help="N: rounds per run")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (one core each)")
+    parser.add_argument("--speed", action="store_true", help="only table 3: a round's cost")
+    parser.add_argument("--speed-repeats", type=int, default=3)
     args = parser.parse_args()
+    if args.speed:
+        speed(args.speed_repeats, max(args.rounds, 5))
+        return
 
     started = time.perf_counter()
     todo = jobs(args.seeds, args.rounds)

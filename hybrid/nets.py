@@ -102,20 +102,14 @@ class ActorCritic(nn.Module):
         # Acting calls the actor once per env step: on tiny MLPs nn.Module's call machinery
         # costs as much as the maths, so acting goes straight to the functional ops.
         # (The Parameter objects stay the same when FlatParams re-points their data.)
-        linears = [m for m in self.actor if isinstance(m, nn.Linear)]
-        plain_mlp = all(isinstance(m, nn.Linear | nn.Tanh) for m in self.actor)
-        self._acting_layers = [(m.weight, m.bias) for m in linears] if plain_mlp else None
+        # The loss's passes go the same way (the same ops: the same numbers).
+        self._acting_layers = _plain_layers(self.actor)
+        self._critic_layers = _plain_layers(self.critic)
 
     def _actor_no_grad(self, obs: torch.Tensor) -> torch.Tensor:
         if self._acting_layers is None:
             return self.actor(obs)
-        x = obs
-        last = len(self._acting_layers) - 1
-        for i, (weight, bias) in enumerate(self._acting_layers):
-            x = nn.functional.linear(x, weight, bias)
-            if i < last:
-                x = torch.tanh(x)
-        return x
+        return _tanh_mlp(self._acting_layers, obs)
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.actor(obs)
@@ -125,7 +119,9 @@ class ActorCritic(nn.Module):
         return out, self.log_std.expand_as(out)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        if self._critic_layers is None:
+            return self.critic(obs).squeeze(-1)
+        return _tanh_mlp(self._critic_layers, obs).squeeze(-1)
 
     def act_with_log_prob(
         self, obs: torch.Tensor, generator: torch.Generator
@@ -146,10 +142,26 @@ class ActorCritic(nn.Module):
         out = self._actor_no_grad(obs)
         if generator is None:
             return out.argmax(-1)
-        # Inverse-CDF sampling: several times cheaper than torch.multinomial on tiny batches.
-        cdf = torch.softmax(out, -1).cumsum(-1)
-        u = torch.rand((*out.shape[:-1], 1), generator=generator)
-        return (cdf < u).sum(-1).clamp_(max=out.shape[-1] - 1)
+        return _sample_categorical(out, torch.rand((*out.shape[:-1], 1), generator=generator))
+
+    @property
+    def groups_acting(self) -> bool:
+        """Whether ``act_group`` can act for several workers' envs in one forward pass."""
+        return not self.continuous and self._acting_layers is not None
+
+    def act_group(
+        self, obs: torch.Tensor, generators: list[torch.Generator], sizes: list[int]
+    ) -> torch.Tensor:
+        """Sampled actions for the stacked observations of several workers: one forward pass
+        for all rows, each worker's rows sampled with its own generator (as ``act`` would).
+
+        The rows come out as ``act`` gives them up to float rounding: a matrix product's
+        rounding depends on how many rows it has."""
+        out = self._actor_no_grad(obs)
+        u = torch.cat(
+            [torch.rand((n, 1), generator=g) for g, n in zip(generators, sizes, strict=True)]
+        )
+        return _sample_categorical(out, u)
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -160,11 +172,37 @@ class ActorCritic(nn.Module):
             logp = -((actions - mean) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
             entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
             return logp.sum(-1), entropy
-        out = self.actor(obs)
+        out = self._actor_no_grad(obs)  # differentiable too: plain functional ops
         logits = torch.log_softmax(out, -1)
         logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.exp() * logits).sum(-1)
         return logp, entropy
+
+
+def _plain_layers(net: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The (weight, bias) pairs of a tanh MLP, or None for any other network."""
+    if not isinstance(net, nn.Sequential) or not all(
+        isinstance(m, nn.Linear | nn.Tanh) for m in net
+    ):
+        return None
+    return [(m.weight, m.bias) for m in net if isinstance(m, nn.Linear)]
+
+
+def _tanh_mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
+    """``mlp``'s forward pass without nn.Module's per-call machinery."""
+    last = len(layers) - 1
+    for i, (weight, bias) in enumerate(layers):
+        x = nn.functional.linear(x, weight, bias)
+        if i < last:
+            x = torch.tanh(x)
+    return x
+
+
+def _sample_categorical(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling with uniforms ``u`` (one per row): several times cheaper than
+    torch.multinomial on tiny batches."""
+    cdf = torch.softmax(logits, -1).cumsum(-1)
+    return (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
 
 
 class QNetwork(nn.Module):

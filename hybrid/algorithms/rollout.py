@@ -107,71 +107,21 @@ class EnvRunner(RunnerNormalization):
         generator: torch.Generator,
         record_logp: bool = False,
     ) -> Rollout:
-        E, info = self.num_envs, self.info
-        norm, scaler = self.obs_norm, self.reward_scaler
-        obs_dtype = self.obs_dtype if norm is None else np.float32
-        obs_buf = np.empty((steps, E, info.obs_dim), dtype=obs_dtype)
-        raw_buf = np.empty((steps, E, info.obs_dim), dtype=np.float32) if norm is not None else None
-        action_shape = (steps, E, info.action_dim) if info.continuous else (steps, E)
-        act_buf = np.empty(action_shape, dtype=np.float32 if info.continuous else np.int64)
-        rew_buf = np.empty((steps, E), dtype=np.float32)
-        term_buf = np.empty((steps, E), dtype=bool)
-        trunc_buf = np.empty((steps, E), dtype=bool)
-        logp_buf = np.empty((steps, E), dtype=np.float32) if record_logp else None
-        final_obs: dict[tuple[int, int], torch.Tensor] = {}
-        returns: list[float] = []
-        lengths: list[int] = []
-        for t in range(steps):
-            if raw_buf is None:
-                obs_buf[t] = self.obs
-                obs_t = torch.from_numpy(self.obs)
-            else:  # the policy sees the obs normalized with the snapshot's statistics
-                raw_buf[t] = self.obs
-                obs_buf[t] = norm(self.obs)
-                obs_t = torch.from_numpy(obs_buf[t])
-            with torch.no_grad():
-                if logp_buf is not None:
+        collection = self.start_collection(steps, record_logp)
+        with torch.no_grad():  # entered once: per step it costs as much as a tiny layer
+            for t in range(steps):
+                obs_t = collection.policy_obs(t)
+                if record_logp:
                     action_t, logp = model.act_with_log_prob(obs_t, generator)
-                    logp_buf[t] = logp.numpy()
-                    action = action_t.numpy()
+                    collection.step(t, action_t.numpy(), logp.numpy())
                 else:
-                    action = model.act(obs_t, generator).numpy()
-            act_buf[t] = action
-            if info.continuous:
-                action = np.clip(action, info.action_low, info.action_high)
-            obs, reward, terminated, truncated, step_info = self.envs.step(action)
-            rew_buf[t], term_buf[t], trunc_buf[t] = reward, terminated, truncated
-            if scaler is not None:  # the loss sees scaled rewards; episode returns stay raw
-                rew_buf[t] = scaler(reward, terminated | truncated)
-            self.episode_return += reward
-            self.episode_length += 1
-            done = terminated | truncated
-            if done.any():
-                for i in np.flatnonzero(done):
-                    returns.append(float(self.episode_return[i]))
-                    lengths.append(int(self.episode_length[i]))
-                    if truncated[i] and not terminated[i]:
-                        final = np.asarray(step_info["final_obs"][i], dtype=np.float32)
-                        final = final.reshape(-1) if norm is None else norm(final.reshape(-1))
-                        final_obs[(t, int(i))] = torch.from_numpy(final)
-                self.episode_return[done] = 0.0
-                self.episode_length[done] = 0
-            self.obs = np.asarray(obs, dtype=self.obs_dtype)
-        last_obs = self.obs.copy() if norm is None else norm(self.obs)
-        if norm is not None:
-            norm.observe(raw_buf)
-        return Rollout(
-            obs=torch.from_numpy(obs_buf),
-            actions=torch.from_numpy(act_buf),
-            rewards=torch.from_numpy(rew_buf),
-            terminated=torch.from_numpy(term_buf),
-            truncated=torch.from_numpy(trunc_buf),
-            last_obs=torch.from_numpy(last_obs),
-            final_obs=final_obs,
-            episode_returns=returns,
-            episode_lengths=lengths,
-            behaviour_logp=torch.from_numpy(logp_buf) if logp_buf is not None else None,
-        )
+                    collection.step(t, model.act(obs_t, generator).numpy())
+        return collection.finish()
+
+    def start_collection(self, steps: int, record_logp: bool = False) -> Collection:
+        """A rollout of ``steps`` steps, driven one step at a time by the caller (``collect``,
+        or a group of workers that share one policy forward: ``hybrid.core.worker``)."""
+        return Collection(self, steps, record_logp)
 
     def state_dict(self) -> dict[str, Any]:
         """The episodes in progress, the envs' state, the reward scaler and normalizer."""
@@ -197,6 +147,84 @@ class EnvRunner(RunnerNormalization):
 
     def close(self) -> None:
         self.envs.close()
+
+
+class Collection:
+    """One rollout in progress: its buffers, filled one env step at a time."""
+
+    def __init__(self, runner: EnvRunner, steps: int, record_logp: bool) -> None:
+        E, info = runner.num_envs, runner.info
+        self.runner = runner
+        self.norm, self.scaler = runner.obs_norm, runner.reward_scaler
+        obs_dtype = runner.obs_dtype if self.norm is None else np.float32
+        self.obs_buf = np.empty((steps, E, info.obs_dim), dtype=obs_dtype)
+        self.raw_buf = (
+            np.empty((steps, E, info.obs_dim), dtype=np.float32) if self.norm is not None else None
+        )
+        action_shape = (steps, E, info.action_dim) if info.continuous else (steps, E)
+        self.act_buf = np.empty(action_shape, dtype=np.float32 if info.continuous else np.int64)
+        self.rew_buf = np.empty((steps, E), dtype=np.float32)
+        self.term_buf = np.empty((steps, E), dtype=bool)
+        self.trunc_buf = np.empty((steps, E), dtype=bool)
+        self.logp_buf = np.empty((steps, E), dtype=np.float32) if record_logp else None
+        self.final_obs: dict[tuple[int, int], torch.Tensor] = {}
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def policy_obs(self, t: int) -> torch.Tensor:
+        """What the policy sees at step ``t`` (normalized with the snapshot's statistics)."""
+        obs = self.runner.obs
+        if self.raw_buf is None:
+            self.obs_buf[t] = obs
+            return torch.from_numpy(obs)
+        self.raw_buf[t] = obs
+        self.obs_buf[t] = self.norm(obs)
+        return torch.from_numpy(self.obs_buf[t])
+
+    def step(self, t: int, action: np.ndarray, logp: np.ndarray | None = None) -> None:
+        """Step the envs with the policy's ``action`` for ``policy_obs(t)``."""
+        runner, info, norm = self.runner, self.runner.info, self.norm
+        if self.logp_buf is not None:
+            self.logp_buf[t] = logp
+        self.act_buf[t] = action
+        if info.continuous:
+            action = np.clip(action, info.action_low, info.action_high)
+        obs, reward, terminated, truncated, step_info = runner.envs.step(action)
+        self.rew_buf[t], self.term_buf[t], self.trunc_buf[t] = reward, terminated, truncated
+        if self.scaler is not None:  # the loss sees scaled rewards; episode returns stay raw
+            self.rew_buf[t] = self.scaler(reward, terminated | truncated)
+        runner.episode_return += reward
+        runner.episode_length += 1
+        done = terminated | truncated
+        if done.any():
+            for i in np.flatnonzero(done):
+                self.returns.append(float(runner.episode_return[i]))
+                self.lengths.append(int(runner.episode_length[i]))
+                if truncated[i] and not terminated[i]:
+                    final = np.asarray(step_info["final_obs"][i], dtype=np.float32)
+                    final = final.reshape(-1) if norm is None else norm(final.reshape(-1))
+                    self.final_obs[(t, int(i))] = torch.from_numpy(final)
+            runner.episode_return[done] = 0.0
+            runner.episode_length[done] = 0
+        runner.obs = np.asarray(obs, dtype=runner.obs_dtype)
+
+    def finish(self) -> Rollout:
+        runner, norm = self.runner, self.norm
+        last_obs = runner.obs.copy() if norm is None else norm(runner.obs)
+        if norm is not None:
+            norm.observe(self.raw_buf)
+        return Rollout(
+            obs=torch.from_numpy(self.obs_buf),
+            actions=torch.from_numpy(self.act_buf),
+            rewards=torch.from_numpy(self.rew_buf),
+            terminated=torch.from_numpy(self.term_buf),
+            truncated=torch.from_numpy(self.trunc_buf),
+            last_obs=torch.from_numpy(last_obs),
+            final_obs=self.final_obs,
+            episode_returns=self.returns,
+            episode_lengths=self.lengths,
+            behaviour_logp=torch.from_numpy(self.logp_buf) if self.logp_buf is not None else None,
+        )
 
 
 def make_runner(

@@ -320,8 +320,12 @@ class Training:
                 snapshot = self.applier.snapshot(
                     global_model, self.task, stats.env_steps / cfg.total_env_steps
                 )
-                for worker_id in starting:
-                    runtime.dispatch(worker_id, snapshot)
+                dispatch_group = getattr(runtime, "dispatch_group", None)
+                if dispatch_group is not None and len(starting) > 1:
+                    dispatch_group(starting, snapshot)  # tasks on one snapshot may batch
+                else:
+                    for worker_id in starting:
+                        runtime.dispatch(worker_id, snapshot)
                 stats.bytes_down += len(starting) * snapshot.params.numel() * 4
             update = runtime.next_update()
             global_model.observe(update)  # e.g. observation statistics, whatever the verdict

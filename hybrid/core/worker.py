@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -9,14 +10,22 @@ import numpy as np
 import torch
 
 from hybrid.algorithms import ALGORITHMS
-from hybrid.algorithms.rollout import make_runner
+from hybrid.algorithms.a2c import a2c_group_gradients, a2c_loss
+from hybrid.algorithms.rollout import EnvRunner, make_runner
 from hybrid.clients import apply_client_dynamics
 from hybrid.codecs import make_codec
 from hybrid.core.global_model import make_optimizer
 from hybrid.envs import EnvInfo, make_vector_env
-from hybrid.nets import FlatParams
+from hybrid.nets import ActorCritic, FlatParams
 from hybrid.normalization import OBS_MEAN, OBS_VAR, NormalizationSettings, ObsNormalizer
-from hybrid.protocol import CollectExperience, Payload, Snapshot, TrainLocally, Update
+from hybrid.protocol import (
+    CollectExperience,
+    ComputeGradient,
+    Payload,
+    Snapshot,
+    TrainLocally,
+    Update,
+)
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
 
 if TYPE_CHECKING:
@@ -41,14 +50,24 @@ class Worker:
     """
 
     def __init__(
-        self, worker_id: int, cfg: TrainConfig, info: EnvInfo, incarnation: int = 0
+        self,
+        worker_id: int,
+        cfg: TrainConfig,
+        info: EnvInfo,
+        incarnation: int = 0,
+        shared_model: tuple[torch.nn.Module, FlatParams] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.cfg = cfg
         env_seed, torch_seed = worker_seeds(cfg.seed, worker_id, incarnation)
         self.algorithm = ALGORITHMS[cfg.algo]
-        self.model = build_model(cfg, info, worker_id)
-        self.flat = FlatParams(self.model)
+        # Workers that run one at a time may share one model: every task loads the snapshot
+        # into it first (see ``shares_model``).
+        if shared_model is not None:
+            self.model, self.flat = shared_model
+        else:
+            self.model = build_model(cfg, info, worker_id)
+            self.flat = FlatParams(self.model)
         self.loss_fn = self.algorithm.loss(cfg)
         self.actor_payload = self.algorithm.actor_payload(cfg)
         build_local = self.algorithm.local_update
@@ -73,6 +92,13 @@ class Worker:
             )
         )
         self.tasks_done = 0
+
+    @property
+    def shares_model(self) -> bool:
+        """Whether workers that never run at the same time can share this worker's model:
+        true of an actor-critic, which holds nothing between tasks besides the snapshot's
+        parameters (a Q-network holds its worker's epsilon)."""
+        return type(self.model) is ActorCritic
 
     @property
     def obs_norm(self) -> ObsNormalizer | None:
@@ -239,6 +265,79 @@ class Worker:
 
     def close(self) -> None:
         self.runner.close()
+
+
+def groups_gradients(workers: list[Worker], snapshot: Snapshot) -> bool:
+    """Whether ``run_group`` computes these workers' tasks together: A2C gradients of a
+    discrete-action MLP, each worker with its own single-agent envs."""
+    if len(workers) < 2 or not isinstance(snapshot.task, ComputeGradient):
+        return False
+    return all(
+        isinstance(w.model, ActorCritic)
+        and w.model.groups_acting
+        and isinstance(w.runner, EnvRunner)
+        and w.local_update is None
+        and isinstance(w.loss_fn, functools.partial)
+        and w.loss_fn.func is a2c_loss
+        and w.runner.num_envs == workers[0].runner.num_envs
+        for w in workers
+    )
+
+
+def run_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
+    """The tasks of workers that start from the same snapshot, computed together.
+
+    Each worker still steps its own envs and samples its actions with its own generator,
+    but one policy forward pass per env step serves all their envs, and one batched call
+    gives every worker's gradient (``a2c_group_gradients``): the per-task fixed cost of
+    small networks (a forward and a backward pass per worker) is paid once per group.
+    The updates are ``Worker.run_task``'s up to float rounding; the serial runtime stays
+    bit-reproducible, as which workers share a snapshot is itself deterministic.
+    Callers check ``groups_gradients`` first.
+    """
+    started = time.perf_counter()
+    lead = workers[0]
+    lead.flat.load(snapshot.params)  # the one model every worker's forward passes use
+    for worker in workers:
+        if snapshot.extras:
+            worker.load_extras(snapshot.extras)
+    model, steps = lead.model, lead.cfg.rollout_steps
+    collections = [w.runner.start_collection(steps) for w in workers]
+    generators = [w.generator for w in workers]
+    sizes = [w.runner.num_envs for w in workers]
+    bounds = np.cumsum([0, *sizes])
+    with torch.no_grad():
+        for t in range(steps):
+            obs = torch.cat([c.policy_obs(t) for c in collections])
+            actions = model.act_group(obs, generators, sizes).numpy()
+            for i, collection in enumerate(collections):
+                collection.step(t, actions[bounds[i] : bounds[i + 1]])
+    rollouts = [c.finish() for c in collections]
+    gradients, stats = a2c_group_gradients(model, rollouts, **lead.loss_fn.keywords)
+    cost_s = (time.perf_counter() - started) / len(workers)
+    updates = []
+    for worker, rollout, gradient, worker_stats in zip(
+        workers, rollouts, gradients, stats, strict=True
+    ):
+        payload, nbytes = worker.encode(gradient.clone())
+        updates.append(
+            Update(
+                worker_id=worker.worker_id,
+                base_version=snapshot.version,
+                payload=payload,
+                kind=Payload.GRADIENT,
+                env_steps=rollout.env_steps,
+                episode_returns=rollout.episode_returns,
+                episode_lengths=rollout.episode_lengths,
+                stats=worker_stats,
+                nbytes=nbytes,
+                cost_s=cost_s,
+                task_index=worker.tasks_done,
+                obs_stats=worker.runner.take_obs_stats(),
+            )
+        )
+        worker.tasks_done += 1
+    return updates
 
 
 def add_proximal_gradient(

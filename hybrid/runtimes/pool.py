@@ -39,7 +39,10 @@ class WorkerPool(Protocol):
     """True: each id has one worker for the whole run (and an executor of its own). False:
     a worker is built per task, on any free executor (``run``)."""
 
-    def build(self, worker_id: int, incarnation: int = 0) -> Worker: ...
+    def build(self, worker_id: int, incarnation: int = 0, shared_model: Any = None) -> Worker:
+        """Worker ``worker_id``; ``shared_model`` (another worker's ``(model, flat)``) lets
+        workers that run one at a time in one process share a network."""
+        ...
 
     def run(self, worker_id: int, snapshot: Snapshot) -> Update:
         """Build worker ``worker_id`` for this task, run it and release it (on-demand pools)."""
@@ -62,8 +65,8 @@ class PersistentWorkers:
     def size(self) -> int:
         return self.cfg.workers
 
-    def build(self, worker_id: int, incarnation: int = 0) -> Worker:
-        return Worker(worker_id, self.cfg, self.info, incarnation)
+    def build(self, worker_id: int, incarnation: int = 0, shared_model: Any = None) -> Worker:
+        return Worker(worker_id, self.cfg, self.info, incarnation, shared_model=shared_model)
 
     def run(self, worker_id: int, snapshot: Snapshot) -> Update:
         raise RuntimeError("persistent workers keep their state: run tasks on the built worker")
@@ -85,9 +88,9 @@ class EdgeClients:
         assert self.cfg.clients is not None
         return self.cfg.clients
 
-    def build(self, worker_id: int, incarnation: int = 0) -> Worker:
+    def build(self, worker_id: int, incarnation: int = 0, shared_model: Any = None) -> Worker:
         # The worker applies the client's env variant (client_dynamics) from its id.
-        return Worker(worker_id, self.cfg, self.info, incarnation)
+        return Worker(worker_id, self.cfg, self.info, incarnation, shared_model=shared_model)
 
     def run(self, worker_id: int, snapshot: Snapshot) -> Update:
         # Seeded by (client, version): the same task gives the same Δ on every executor.

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybrid.checkpoint import update_from_state, update_to_state
+from hybrid.core.worker import Worker, groups_gradients, run_group
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.runtimes.pool import WorkerPool, make_pool
@@ -72,21 +73,35 @@ class SerialRuntime:
         # builds its client, then releases it, so memory grows with the tasks in flight,
         # not with the number of clients.
         self.on_demand = not self.pool.persistent
-        self.workers = [] if self.on_demand else [self.pool.build(w) for w in range(self.pool.size)]
+        self.workers = [] if self.on_demand else self._build_workers(self.pool)
         self.cost = CostModel(cfg)
         self.client_cost = self.pool.cost_model()
         self.clock = 0.0
         self.busy = [False] * self.pool.size
         self.busy_until: dict[int, float] = {}
         """Devices still computing a task the server stopped waiting for at its deadline."""
+        self._idle = set(range(len(self.busy)))
+        """Neither busy nor in busy_until: kept up to date so that finding the idle workers
+        costs what is idle, not the population (thousands of simulated workers)."""
         self._queue: list[tuple[float, int, Update]] = []
         self._sequence = 0  # ties in finish time resolve in dispatch order
         self.bookkeeping_s = 0.0  # wall time spent on the clock itself, for the overhead figure
 
+    @staticmethod
+    def _build_workers(pool: WorkerPool) -> list[Worker]:
+        """The persistent workers. Tasks run one after another here, so workers share one
+        model where it holds no state of its own: a simulated worker then costs its envs,
+        generator and normalizer, not a network."""
+        first = pool.build(0)
+        shared = (first.model, first.flat) if first.shares_model else None
+        return [first] + [pool.build(w, shared_model=shared) for w in range(1, pool.size)]
+
     def idle_workers(self) -> list[int]:
         for w in [w for w, end in self.busy_until.items() if end <= self.clock]:
             del self.busy_until[w]
-        idle = [w for w, busy in enumerate(self.busy) if not busy and w not in self.busy_until]
+            if not self.busy[w]:
+                self._idle.add(w)
+        idle = sorted(self._idle)
         if not idle and not self._queue and self.busy_until:
             # Nothing is on its way to the server and nobody is free: time passes until the
             # first device still working past its deadline is done.
@@ -99,6 +114,22 @@ class SerialRuntime:
             update = self.pool.run(worker_id, snapshot)
         else:
             update = self.workers[worker_id].run_task(snapshot)
+        self._schedule(worker_id, snapshot, update)
+
+    def dispatch_group(self, worker_ids: list[int], snapshot: Snapshot) -> None:
+        """Start several workers on one snapshot: persistent A2C gradient workers compute
+        their tasks together (``run_group``: one forward pass per env step for all their
+        envs, one batched gradient call), everything else one task at a time."""
+        group = [] if self.on_demand else [self.workers[w] for w in worker_ids]
+        if not groups_gradients(group, snapshot):
+            for worker_id in worker_ids:
+                self.dispatch(worker_id, snapshot)
+            return
+        for worker_id, update in zip(worker_ids, run_group(group, snapshot), strict=True):
+            self._schedule(worker_id, snapshot, update)
+
+    def _schedule(self, worker_id: int, snapshot: Snapshot, update: Update) -> None:
+        """Give a computed task its virtual duration and queue it for its arrival."""
         started = time.perf_counter()
         task = snapshot.task
         updates = task.steps if isinstance(task, TrainLocally) else 1
@@ -124,6 +155,7 @@ class SerialRuntime:
         heapq.heappush(self._queue, (arrival, self._sequence, update))
         self._sequence += 1
         self.busy[worker_id] = True
+        self._idle.discard(worker_id)
         self.bookkeeping_s += time.perf_counter() - started
 
     def next_update(self) -> Update:
@@ -133,6 +165,8 @@ class SerialRuntime:
         finish, _, update = heapq.heappop(self._queue)
         self.clock = finish
         self.busy[update.worker_id] = False
+        if update.worker_id not in self.busy_until:
+            self._idle.add(update.worker_id)
         self.bookkeeping_s += time.perf_counter() - started
         return update
 
@@ -161,6 +195,9 @@ class SerialRuntime:
         self.clock = float(state["clock"])
         self.busy = [bool(b) for b in state["busy"]]
         self.busy_until = {int(w): float(t) for w, t in state.get("busy_until", [])}
+        self._idle = {
+            w for w, busy in enumerate(self.busy) if not busy and w not in self.busy_until
+        }
         self._sequence = int(state["sequence"])
         self._queue = [(t, seq, update_from_state(u)) for t, seq, u in state["queue"]]
         heapq.heapify(self._queue)
