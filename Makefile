@@ -27,9 +27,11 @@ setup: $(BIN)/.installed
 demo: setup
 	WANDB_MODE=offline $(BIN)/hybrid demo --out runs/demo
 
+# Two xdist workers (the CI machine has 2 cores); tests that start processes or Ray run
+# one after another in one of them (tests/conftest.py).
 test: setup
 	$(BIN)/ruff check .
-	WANDB_MODE=offline $(BIN)/python -m pytest -q
+	WANDB_MODE=offline $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The built wheel in a fresh venv outside the repo: --version, a short train, a notebook.
 wheel-smoke: setup
