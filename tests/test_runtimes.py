@@ -446,20 +446,31 @@ def _ray():
     )
 
 
-def test_ray_sync_starts_and_stops_its_own_local_ray(fixed_budget, no_leaks):
+def test_ray_sync_starts_and_stops_its_own_local_ray(fixed_budget, no_leaks, monkeypatch):
     ray = _ray()
     if ray.is_initialized():
         pytest.skip("a Ray instance from elsewhere is running in this process")
     token = Path.home() / ".ray" / "auth_token"
     had_token = token.exists()
-    private_dirs = set(Path(tempfile.gettempdir()).glob("hybrid-ray-*"))
+    # The private token folders this run makes (other runs on the machine make theirs).
+    private_dirs: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*args, **kwargs):
+        path = mkdtemp(*args, **kwargs)
+        if str(kwargs.get("prefix", "")).startswith("hybrid-ray-"):
+            private_dirs.append(path)
+        return path
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
     environ = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
     result = hybrid.train(fixed_budget(runtime="ray", scheduler="sync", workers=2))
     _check_summary(result, "ray")
     assert result.summary["staleness_max"] == 0
     assert not ray.is_initialized()
     assert token.exists() == had_token, "Ray wrote an auth token into the home directory"
-    assert set(Path(tempfile.gettempdir()).glob("hybrid-ray-*")) == private_dirs, "token left"
+    assert private_dirs, "the run made no private folder for Ray's token"
+    assert not [d for d in private_dirs if os.path.exists(d)], "token left"
     assert {k: v for k, v in os.environ.items() if k.startswith("RAY_")} == environ
 
 

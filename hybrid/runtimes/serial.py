@@ -154,9 +154,23 @@ class SerialRuntime:
             arrival = self.clock + deadline_s
         heapq.heappush(self._queue, (arrival, self._sequence, update))
         self._sequence += 1
+        self._mark_busy(worker_id)
+        self.bookkeeping_s += time.perf_counter() - started
+
+    def _mark_busy(self, worker_id: int) -> None:
         self.busy[worker_id] = True
         self._idle.discard(worker_id)
-        self.bookkeeping_s += time.perf_counter() - started
+
+    def _mark_free(self, worker_id: int) -> None:
+        self.busy[worker_id] = False
+        if worker_id not in self.busy_until:
+            self._idle.add(worker_id)
+
+    def _reset_idle(self) -> None:
+        """The idle set from ``busy`` and ``busy_until`` (after a checkpoint is loaded)."""
+        self._idle = {
+            w for w, busy in enumerate(self.busy) if not busy and w not in self.busy_until
+        }
 
     def next_update(self) -> Update:
         if not self._queue:
@@ -164,9 +178,7 @@ class SerialRuntime:
         started = time.perf_counter()
         finish, _, update = heapq.heappop(self._queue)
         self.clock = finish
-        self.busy[update.worker_id] = False
-        if update.worker_id not in self.busy_until:
-            self._idle.add(update.worker_id)
+        self._mark_free(update.worker_id)
         self.bookkeeping_s += time.perf_counter() - started
         return update
 
@@ -195,9 +207,7 @@ class SerialRuntime:
         self.clock = float(state["clock"])
         self.busy = [bool(b) for b in state["busy"]]
         self.busy_until = {int(w): float(t) for w, t in state.get("busy_until", [])}
-        self._idle = {
-            w for w, busy in enumerate(self.busy) if not busy and w not in self.busy_until
-        }
+        self._reset_idle()
         self._sequence = int(state["sequence"])
         self._queue = [(t, seq, update_from_state(u)) for t, seq, u in state["queue"]]
         heapq.heapify(self._queue)

@@ -190,8 +190,13 @@ class ProfiledSerialRuntime(SerialRuntime):
             self.cores.start(worker_id, work)
         update.upload_s = 0.0  # sending is CPU work, in the overhead
         self._running[worker_id] = update
-        self.busy[worker_id] = True
+        self._mark_busy(worker_id)
         self.bookkeeping_s += time.perf_counter() - started
+
+    def dispatch_group(self, worker_ids: list[int], snapshot: Snapshot) -> None:
+        # One task at a time: each is charged to the measured cores as it starts.
+        for worker_id in worker_ids:
+            self.dispatch(worker_id, snapshot)
 
     def next_update(self) -> Update:
         started = time.perf_counter()
@@ -205,7 +210,7 @@ class ProfiledSerialRuntime(SerialRuntime):
             self._finished(worker_id)
         _, _, update = heapq.heappop(self._arrived)
         self._serve(self.profile.receive_s)
-        self.busy[update.worker_id] = False
+        self._mark_free(update.worker_id)
         self.bookkeeping_s += time.perf_counter() - started
         return update
 
@@ -267,6 +272,7 @@ class ProfiledSerialRuntime(SerialRuntime):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cores.load_state_dict(state["cores"])
         self.busy = [bool(b) for b in state["busy"]]
+        self._reset_idle()
         self._sequence = int(state["sequence"])
         self._running = {int(w): update_from_state(u) for w, u in state["running"]}
         self._started_ahead = {int(w): float(t) for w, t in state["started_ahead"]}
