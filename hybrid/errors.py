@@ -1,4 +1,4 @@
-"""The error every bad setting raises. Imports nothing, so any module may raise it."""
+"""The errors that cross module boundaries. Imports nothing, so any module may raise them."""
 
 from __future__ import annotations
 
@@ -7,4 +7,8 @@ class ConfigError(ValueError):
     """A setting that cannot run. The message is one line naming the field and what is allowed."""
 
 
-__all__ = ["ConfigError"]
+class TaskLost(Exception):
+    """A sweep run's Ray task failed as a task, not as a run: its node died, retries spent."""
+
+
+__all__ = ["ConfigError", "TaskLost"]

@@ -48,9 +48,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybrid.config import ConfigError, TrainConfig
+from hybrid.errors import TaskLost
+
+if TYPE_CHECKING:
+    from hybrid.runtimes.ray_tasks import RayBackend
 
 
 class SweepError(ValueError):
@@ -1003,74 +1007,6 @@ def run_on_node(argv: Sequence[str], run_dir: str, out_log: str, err_log: str) -
         raise
 
 
-class RayBackend:
-    """Each run is a Ray task (``cpus``/``gpus`` per run) on a local Ray or a cluster.
-
-    Ray starts as many as the cluster's resources hold and queues the rest; ``--out`` must be
-    a directory every node sees (a shared file system), as each run writes there itself.
-    """
-
-    CANCEL_WAIT_S = 15.0
-
-    def __init__(self, log_dir: Path, address: str, cpus: float, gpus: float) -> None:
-        import ray
-
-        from hybrid.runtimes.ray import connect
-
-        self.ray, self.log_dir = ray, log_dir
-        # A local Ray is started as the ray runtime starts it: loopback only, private token.
-        cfg = TrainConfig(runtime="ray", ray_address=address, workers=1)
-        try:
-            self.session = connect(cfg)
-        except ConfigError as exc:
-            raise SweepError(str(exc).replace("ray_address", "--ray-address", 1)) from None
-        self.remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(run_on_node)
-        total = ray.cluster_resources()
-        self.capacity = int(min(total.get("CPU", 0) // cpus if cpus else 2**31, 2**31))
-        if gpus:
-            self.capacity = min(self.capacity, int(total.get("GPU", 0) // gpus))
-        if self.capacity < 1:
-            self.close()
-            raise SweepError(
-                f"--cpus-per-run {cpus:g} / --gpus-per-run {gpus:g}: no node of this Ray "
-                f"({total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs) can hold a run"
-            )
-
-    def start(self, run: PlannedRun) -> Any:
-        out, err = self.log_dir / f"{run.name}.out", self.log_dir / f"{run.name}.err"
-        for log in (out, err):
-            log.write_bytes(b"")
-        return self.remote.remote(list(run.argv), str(run.run_dir), str(out), str(err))
-
-    def poll(self, handle: Any) -> int | None:
-        ready, _ = self.ray.wait([handle], timeout=0)
-        if not ready:
-            return None
-        try:
-            return int(self.ray.get(handle))
-        except self.ray.exceptions.TaskCancelledError:
-            return -signal.SIGTERM
-        except self.ray.exceptions.RayError as exc:  # its node was lost past the retries
-            lines = [line for line in str(exc).splitlines() if line.strip()]
-            raise _TaskLost(lines[-1] if lines else type(exc).__name__) from None
-
-    def stop(self, handles: Sequence[Any]) -> None:
-        for handle in handles:
-            self.ray.cancel(handle)  # KeyboardInterrupt in the task: it stops its run
-        _, late = self.ray.wait(list(handles), num_returns=len(handles), timeout=self.CANCEL_WAIT_S)
-        for handle in late:
-            self.ray.cancel(handle, force=True)
-
-    def close(self) -> None:
-        if self.session is not None:  # ours to stop (a notebook's own Ray is left running)
-            self.session.close()
-            self.session = None
-
-
-class _TaskLost(Exception):
-    """A ray-backend run's task failed as a task (not as a run): its node died, retries spent."""
-
-
 def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
     """The eval rows a run wrote so far (a half-written last line is not one yet)."""
     return _EvalTail(run_dir).read()
@@ -1394,7 +1330,7 @@ def execute(
                 for handle, (run, start) in list(running.items()):
                     try:
                         code = backend.poll(handle)
-                    except _TaskLost as exc:
+                    except TaskLost as exc:
                         del running[handle]
                         finish(Outcome(run, "failed", time.monotonic() - start, str(exc)[:300]))
                         continue
@@ -1704,9 +1640,14 @@ def sweep_command(argv: Sequence[str]) -> int:
             log_dir = out / ".logs"
             log_dir.mkdir(parents=True, exist_ok=True)
             if args.backend == "ray":
-                backend = RayBackend(
-                    log_dir, args.ray_address, args.cpus_per_run, args.gpus_per_run
-                )
+                from hybrid.runtimes.ray_tasks import RayBackend  # Ray only when asked for
+
+                try:
+                    backend = RayBackend(
+                        log_dir, args.ray_address, args.cpus_per_run, args.gpus_per_run, run_on_node
+                    )
+                except ConfigError as exc:
+                    raise SweepError(str(exc).replace("ray_address", "--ray-address", 1)) from None
                 jobs = args.jobs or backend.capacity
             else:
                 backend = LocalBackend(log_dir)
