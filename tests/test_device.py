@@ -47,38 +47,31 @@ BEFORE_DEVICES = {
 }
 
 
-def _config(tmp_path, name: str, **changes) -> TrainConfig:
-    base = TrainConfig(
-        env="CartPole-v1",
-        scheduler="async",
-        workers=3,
-        envs_per_worker=2,
-        rollout_steps=5,
-        total_env_steps=600,
-        eval_every=300,
-        eval_episodes=2,
-        log_every=100,
-        progress=False,
-        stop_when_solved=False,
-        out=str(tmp_path / name),
-    )
-    return base.replace(**changes)
+@pytest.fixture
+def device_config(tiny_config, tmp_path):
+    """conftest's tiny CartPole run, async by default, spending its whole budget."""
+
+    def make(name: str, **changes) -> TrainConfig:
+        changes = {"scheduler": "async", "stop_when_solved": False, **changes}
+        return tiny_config(out=str(tmp_path / name), **changes)
+
+    return make
 
 
 @pytest.mark.parametrize("case", sorted(BEFORE_DEVICES))
-def test_device_cpu_computes_what_it_did_before_devices(tmp_path, case):
+def test_device_cpu_computes_what_it_did_before_devices(device_config, case):
     """V-trace, Ape-X and PPO learners (and a plain async run) through the device path."""
     expected, changes = BEFORE_DEVICES[case]
-    result = hybrid.train(_config(tmp_path, case, device="cpu", **changes))
+    result = hybrid.train(device_config(case, device="cpu", **changes))
     assert result.summary["final_params_sha256"] == expected
 
 
 @NO_CUDA
 @pytest.mark.parametrize("case", ["async_a2c", "hybrid_vtrace"])
-def test_device_auto_is_cpu_without_a_gpu(tmp_path, case):
+def test_device_auto_is_cpu_without_a_gpu(device_config, case):
     assert resolve_device("auto") == torch.device("cpu")
     expected, changes = BEFORE_DEVICES[case]
-    result = hybrid.train(_config(tmp_path, case, **changes))  # auto, the default
+    result = hybrid.train(device_config(case, **changes))  # auto, the default
     assert result.summary["final_params_sha256"] == expected
 
 
