@@ -512,6 +512,9 @@ class TrainConfig:
         """A field changed from its default where it has no effect is refused: a run (or a
         sweep varying it) would otherwise report a knob that did nothing."""
         defaults = TrainConfig()
+        # The machine model (worker speeds, links, round deadlines) sets durations on the
+        # serial runtime's virtual clock; processes and ray run at this machine's real speed.
+        virtual = self.runtime == "serial"
         given = {
             f.name
             for f in dataclasses.fields(self)
@@ -524,6 +527,7 @@ class TrainConfig:
             "agent_id": (multiagent, "on multi-agent (PettingZoo) envs"),
             "critic": (multiagent, "on multi-agent (PettingZoo) envs"),
             "ray_address": (self.runtime == "ray", "with --runtime ray"),
+            **{name: (virtual, VIRTUAL_ONLY) for name in VIRTUAL_CLOCK_FIELDS},
             "wandb_checkpoint": (
                 self.track and self.checkpoint_every > 0,
                 "with --track and --checkpoint-every N",
@@ -578,6 +582,26 @@ class TrainConfig:
             if big and f.name != "seed":  # seeds have their own range, [0, 2**63)
                 raise ConfigError(f"{f.name}: {value} is beyond 2**62, more than any run reaches")
 
+
+VIRTUAL_CLOCK_FIELDS = (
+    "cluster",
+    "step_cost_s",
+    "task_overhead_s",
+    "speed_sigma",
+    "straggler_fraction",
+    "straggler_slowdown",
+    "jitter_sigma",
+    "bandwidth_mbps",
+    "client_uplink_mbps",
+    "client_downlink_mbps",
+    "client_link_sigma",
+    "round_deadline_s",
+)
+"""Fields of the modelled machine: they set durations on the virtual clock only."""
+VIRTUAL_ONLY = (
+    "on the serial runtime's virtual clock (--runtime serial); processes and ray run at "
+    "this machine's real speed"
+)
 
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     # Who owns each field: the component that reads it. Only the assembly (hybrid/core/loop.py,

@@ -428,6 +428,14 @@ def test_json_files_never_hold_nan_or_infinity(tmp_path):
         ({"wandb_checkpoint": True, "checkpoint_every": 10}, "wandb_checkpoint"),
         ({"wandb_checkpoint": True, "track": True}, "wandb_checkpoint"),
         ({"ray_address": "10.0.0.1:6379"}, "ray_address"),
+        # the modelled machine only sets durations on the virtual clock
+        ({"runtime": "processes", "cluster": "stragglers"}, "cluster"),
+        ({"runtime": "ray", "step_cost_s": 0.01}, "step_cost_s"),
+        ({"runtime": "processes", "bandwidth_mbps": 5.0}, "bandwidth_mbps"),
+        (
+            {"runtime": "processes", "scheduler": "fedavg", "clients": 10, "round_deadline_s": 1.0},
+            "round_deadline_s",
+        ),
     ],
 )
 def test_a_flag_that_does_nothing_here_is_refused(changes, field):
@@ -441,6 +449,8 @@ def test_the_same_flags_where_they_apply_are_fine():
     TrainConfig(env="mpe2/simple_spread_v3", algo="mappo", param_sharing="none").validate()
     TrainConfig(track=True, wandb_checkpoint=True, checkpoint_every=10).validate()
     TrainConfig(runtime="ray", ray_address="10.0.0.1:6379").validate()
+    TrainConfig(cluster="stragglers", step_cost_s=0.01, bandwidth_mbps=5.0).validate()
+    TrainConfig(scheduler="fedavg", clients=10, round_deadline_s=1.0).validate()
 
 
 @pytest.mark.parametrize("env", ["Pendulum-v1", "LunarLander-v3", "mpe2/simple_spread_v3"])
