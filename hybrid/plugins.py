@@ -63,6 +63,9 @@ class EnvFamily:
     baseline_returns: str | None = None
     """``(env_id, episodes, seeds) -> returns`` of a reference policy, reported beside the
     trained one's in ``summary.json``."""
+    settings: Callable[[TrainConfig], Any] | None = None
+    """The family's own settings, built from the flat config by the assembly (the plug-in's
+    part of it) and handed to its algorithm as ``AlgoSettings.family``."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,11 @@ class FinalEvaluation:
 
     name: str
     applies: Callable[[TrainConfig], bool]
+    settings: Callable[[TrainConfig], Any]
+    """The evaluation's own settings, built from the flat config by the assembly (the
+    plug-in's part of it): ``run`` receives them, never the config."""
     run: str
-    """``"module:function"``: ``(cfg, info, params) -> dict`` of summary figures."""
+    """``"module:function"``: ``(settings, info, params) -> dict`` of summary figures."""
 
 
 _ENV_FAMILIES: dict[str, EnvFamily] = {}

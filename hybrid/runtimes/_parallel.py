@@ -229,8 +229,8 @@ class Supervisor(abc.ABC):
 
     executors: list[Any]
 
-    def __init__(self, cfg: Any, pool: Any, clock: Any) -> None:
-        self.cfg, self.pool = cfg, pool
+    def __init__(self, settings: Any, pool: Any, clock: Any) -> None:
+        self.settings, self.pool = settings, pool
         self.executors = []
         self._clock = clock
         self._busy: set[int] = set()
@@ -240,7 +240,7 @@ class Supervisor(abc.ABC):
         """Edge-client tasks (prepared snapshot, client) waiting for a free executor."""
         self._arrived: list[tuple[float, int, Update]] = []
         self._sequence = 0  # ties in finish time resolve in arrival order
-        self._faults = FaultInjector(cfg.inject_worker_faults, cfg.seed)
+        self._faults = FaultInjector(settings.inject_worker_faults, settings.seed)
         self.counters = FaultCounters()
         self._origin = clock()  # reset once the workers are warm: the run begins
 

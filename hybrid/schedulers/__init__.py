@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybrid.clients import population
+from hybrid.clients import ClientSettings, population
 from hybrid.errors import ConfigError
 from hybrid.protocol import TASK_KINDS
 from hybrid.schedulers.actor_learner import ActorLearner
@@ -36,30 +36,33 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SchedulerEntry:
-    """How to build one scheduler from a run's config."""
+    """How to build one scheduler from a run's config and its clients (their profiles:
+    who may be sampled, who drops out), both handed over by the assembly."""
 
-    build: Callable[[TrainConfig], Scheduler]
+    build: Callable[[TrainConfig, ClientSettings], Scheduler]
     cls: type[Scheduler]
 
 
 def _user_entry(cls: type[Scheduler]) -> SchedulerEntry:
-    def build(cfg: TrainConfig) -> Scheduler:
+    def build(cfg: TrainConfig, clients: ClientSettings) -> Scheduler:
         if cls.Settings is None:
-            return cls(population(cfg))  # type: ignore[call-arg]
+            return cls(population(clients))  # type: ignore[call-arg]
         settings = make_settings(cls, cfg.scheduler_args)
-        return cls(population(cfg), settings)  # type: ignore[call-arg]
+        return cls(population(clients), settings)  # type: ignore[call-arg]
 
     return SchedulerEntry(build, cls)
 
 
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    "sync": SchedulerEntry(lambda cfg: Sync(cfg.workers), Sync),
-    "async": SchedulerEntry(lambda cfg: Async(cfg.workers), Async),
+    "sync": SchedulerEntry(lambda cfg, clients: Sync(cfg.workers), Sync),
+    "async": SchedulerEntry(lambda cfg, clients: Async(cfg.workers), Async),
     "bounded": SchedulerEntry(
-        lambda cfg: Bounded(cfg.workers, cfg.staleness_bound, cfg.staleness_aware_lr), Bounded
+        lambda cfg, clients: Bounded(cfg.workers, cfg.staleness_bound, cfg.staleness_aware_lr),
+        Bounded,
     ),
     "hybrid": SchedulerEntry(
-        lambda cfg: ActorLearner(cfg.workers, cfg.learner_batch, cfg.max_policy_lag), ActorLearner
+        lambda cfg, clients: ActorLearner(cfg.workers, cfg.learner_batch, cfg.max_policy_lag),
+        ActorLearner,
     ),
     "fedavg": SchedulerEntry(FedAvg.from_config, FedAvg),
 }
@@ -154,8 +157,9 @@ def typed_scheduler_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
     return {key: getattr(settings, key) for key in args}
 
 
-def make_scheduler(cfg: TrainConfig) -> Scheduler:
-    return resolve_scheduler(cfg.scheduler).build(cfg)
+def make_scheduler(cfg: TrainConfig, clients: ClientSettings) -> Scheduler:
+    """The scheduler ``cfg`` names; ``clients``: the run's (``hybrid.assembly``)."""
+    return resolve_scheduler(cfg.scheduler).build(cfg, clients)
 
 
 # --- internals --------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import numpy as np
 from hybrid.clients import (
     FEDERATED,
     SAMPLING_STREAM,
+    ClientSettings,
     clients_per_round,
     make_profiles,
     population,
@@ -90,10 +91,10 @@ class FedAvg(Scheduler):
         self.late_staleness = 0
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> FedAvg:
-        profiles = make_profiles(cfg)
+    def from_config(cls, cfg: TrainConfig, clients: ClientSettings) -> FedAvg:
+        profiles = make_profiles(clients)
         return cls(
-            population(cfg),
+            population(clients),
             cfg.client_fraction,
             cfg.seed,
             dropout=[p.dropout for p in profiles],
