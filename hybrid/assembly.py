@@ -18,6 +18,7 @@ from hybrid.algorithms import ALGORITHMS, A2CSettings, AlgoSettings, NetSettings
 from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
 from hybrid.atari import AtariSettings
 from hybrid.clients import ClientSettings
+from hybrid.cluster_profile import is_profile_path
 from hybrid.core.global_model import GlobalModel, ServerSettings, build_global_model
 from hybrid.core.worker import WorkerSettings
 from hybrid.envs import EnvInfo, EnvSettings, env_family
@@ -26,6 +27,13 @@ from hybrid.normalization import GlobalObsStats, NormalizationSettings
 from hybrid.plugins import final_evaluations
 from hybrid.runtimes.pool import WorkerPool, make_pool
 from hybrid.runtimes.settings import ClockSettings, RuntimeSettings
+from hybrid.schedulers import (
+    ActorLearnerSettings,
+    BoundedSettings,
+    FedAvgSettings,
+    SchedulerSettings,
+)
+from hybrid.tracking import TrackingSettings
 
 if TYPE_CHECKING:
     import torch
@@ -205,6 +213,45 @@ def runtime_settings(cfg: TrainConfig) -> RuntimeSettings:
     )
 
 
+def _scheduler_args(cfg: TrainConfig) -> object:
+    # A built-in's own flat fields; a user scheduler's --scheduler-arg values.
+    if cfg.scheduler == "bounded":
+        return BoundedSettings(cfg.staleness_bound, cfg.staleness_aware_lr)
+    if cfg.scheduler == "hybrid":
+        return ActorLearnerSettings(cfg.learner_batch, cfg.max_policy_lag)
+    if cfg.scheduler == "fedavg":
+        return FedAvgSettings(cfg.client_fraction, cfg.round_deadline_s, cfg.late_policy)
+    if cfg.scheduler in ("sync", "async"):
+        return None
+    return dict(cfg.scheduler_args)
+
+
+def scheduler_settings(cfg: TrainConfig) -> SchedulerSettings:
+    return SchedulerSettings(
+        name=cfg.scheduler,
+        workers=cfg.workers,
+        seed=cfg.seed,
+        clients=client_settings(cfg),
+        args=_scheduler_args(cfg),
+    )
+
+
+def tracking_settings(cfg: TrainConfig) -> TrackingSettings:
+    profile = cfg.runtime == "serial" and is_profile_path(cfg.cluster)
+    return TrackingSettings(
+        total_env_steps=cfg.total_env_steps,
+        label=f"{cfg.scheduler}/{cfg.env}",
+        progress=cfg.progress,
+        track=cfg.track,
+        wandb_project=cfg.wandb_project,
+        wandb_group=cfg.exp_name or cfg.env,
+        wandb_job_type=cfg.scheduler,
+        wandb_tags=(cfg.scheduler, cfg.runtime, cfg.algo),
+        config=cfg.to_dict(),
+        cluster_profile=cfg.cluster if profile else None,
+    )
+
+
 # --- components built from the config (train(), calibrate, notebooks and tests) -------------
 
 
@@ -239,7 +286,9 @@ __all__ = [
     "normalization_settings",
     "ppo_settings",
     "runtime_settings",
+    "scheduler_settings",
     "server_settings",
+    "tracking_settings",
     "worker_pool",
     "worker_settings",
 ]

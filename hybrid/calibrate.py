@@ -172,11 +172,11 @@ def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: f
         progress=False,
     )
     global_model = assembly.global_model(loop_cfg, initial_params(loop_cfg, info), info.obs_dim)
-    scheduler = make_scheduler(loop_cfg, assembly.client_settings(loop_cfg))
+    scheduler = make_scheduler(assembly.scheduler_settings(loop_cfg))
     runtime = _InstantRuntime(loop_cfg.workers, template)
     evaluator = assembly.evaluator(loop_cfg, info, obs_stats=global_model.obs_stats)
     with tempfile.TemporaryDirectory() as run_dir:
-        tracker = Tracker(loop_cfg, Path(run_dir))
+        tracker = Tracker(assembly.tracking_settings(loop_cfg), Path(run_dir))
         training = Training(
             loop_cfg,
             Path(run_dir),

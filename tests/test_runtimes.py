@@ -28,6 +28,7 @@ import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 import hybrid
+from hybrid.assembly import env_settings, runtime_settings, worker_pool
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step, params_sha256
 from hybrid.core.loop import initial_params
@@ -272,7 +273,7 @@ def test_hogwild_workers_take_the_steps_the_main_process_would(fixed_budget, tmp
         # Torn reads are counted where one writer makes them detectable, not under Hogwild!
         assert ("sched/torn_reads" in result.metrics("train")[-1]) is not lock_free
     assert hashes[True] == hashes[False]
-    assert hashes[True] != params_sha256(initial_params(cfg, describe(cfg.env, cfg)))
+    assert hashes[True] != params_sha256(initial_params(cfg, describe(cfg.env, env_settings(cfg))))
 
 
 def test_hogwild_workers_stop_writing_when_the_loop_ends(fixed_budget, no_leaks):
@@ -480,7 +481,7 @@ def ray_session():
     ray = _ray()
     from hybrid.runtimes.ray import connect
 
-    owned = connect(TrainConfig(workers=2))
+    owned = connect("", workers=2)
     yield ray
     if owned:
         owned.close()
@@ -559,7 +560,9 @@ def test_ray_task_connection_runs_tasks_and_reports_a_raising_task(ray_session):
 
     cfg = TrainConfig(env="CartPole-v1", workers=1)
     info = describe(cfg.env)
-    actor = ActorWorker(0, 0, cfg, info)  # in this process: the actor's side of the protocol
+    actor = ActorWorker(
+        0, 0, runtime_settings(cfg), info, worker_pool(cfg, info)
+    )  # in this process: the actor's side of the protocol
     key = os.urandom(32)
     address, pid = actor.listen(key)
     assert address[0] == "127.0.0.1" and pid == os.getpid()  # Ray is local: loopback only
@@ -594,7 +597,7 @@ def test_ray_actor_outlasts_a_wrong_key_and_a_silent_peer(monkeypatch):
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")  # no Ray needed
     cfg = TrainConfig(env="CartPole-v1", workers=1)
     info = describe(cfg.env)
-    actor = ray_runtime.ActorWorker(0, 0, cfg, info)
+    actor = ray_runtime.ActorWorker(0, 0, runtime_settings(cfg), info, worker_pool(cfg, info))
     key = os.urandom(32)
     address, _ = actor.listen(key)
     thread, raised = _serve_in_background(actor)

@@ -21,8 +21,8 @@ from conftest import make_update
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 import hybrid
+from hybrid.assembly import env_settings, global_model
 from hybrid.config import TrainConfig
-from hybrid.core.global_model import build_global_model
 from hybrid.core.loop import initial_params, staleness
 from hybrid.envs import describe
 from hybrid.protocol import ComputeGradient
@@ -123,8 +123,8 @@ def test_hogwild_workers_measure_tau_on_the_shared_apply_counter(tmp_path, monke
     """
     monkeypatch.setenv("HYBRID_TEST_GATE_DIR", str(tmp_path))
     cfg = GatedConfig(env=GATE_ENV, workers=2, envs_per_worker=1, rollout_steps=5, progress=False)
-    info = describe(cfg.env, cfg)
-    model = build_global_model(cfg, initial_params(cfg, info))
+    info = describe(cfg.env, env_settings(cfg))
+    model = global_model(cfg, initial_params(cfg, info))
     shared = model.share_memory()
     theta = shared["param"]
     meta = torch.zeros(3, dtype=torch.int64).share_memory_()

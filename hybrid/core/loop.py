@@ -31,11 +31,12 @@ from hybrid import checkpoint
 from hybrid.algorithms import ALGORITHMS
 from hybrid.assembly import (
     algo_settings,
-    client_settings,
     env_settings,
     eval_settings,
     runtime_settings,
+    scheduler_settings,
     server_settings,
+    tracking_settings,
     worker_pool,
 )
 from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to_state
@@ -951,7 +952,7 @@ def _train(
     runtime: Runtime | None = None
     try:
         torch.set_num_threads(cfg.torch_threads)
-        scheduler = make_scheduler(cfg, client_settings(cfg))
+        scheduler = make_scheduler(scheduler_settings(cfg))
         device = learner_device(cfg, info, scheduler)
         params = initial_params(cfg, info)
         global_model = build_global_model(
@@ -971,7 +972,7 @@ def _train(
         if resume_state is None:
             remove_run_dir(run_dir, created)  # a start that failed leaves nothing behind
         raise
-    tracker = Tracker(cfg, run_dir, hooks)
+    tracker = Tracker(tracking_settings(cfg), run_dir, hooks)
     training = Training(
         cfg,
         run_dir,
