@@ -32,7 +32,7 @@ from hybrid.assembly import env_settings, runtime_settings, worker_pool
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step, params_sha256
 from hybrid.core.loop import initial_params
-from hybrid.envs import describe
+from hybrid.envs import describe, register_env
 from hybrid.runtimes import _parallel
 from hybrid.runtimes.processes import ProcessRuntime
 
@@ -178,12 +178,14 @@ class CrashyCartPole(CartPoleEnv):
         return super().step(action)
 
 
-if CRASH_ENV not in gym.registry:
-    gym.register(CRASH_ENV, entry_point=CrashyCartPole, max_episode_steps=500)
+def make_crashy() -> gym.Env:
+    """The crashy env. Registered with hybrid.envs.register_env, it travels to a worker
+    process pickled by reference: unpickling it there imports this module (workers receive
+    their settings, not the config, so the env must come with the env description)."""
+    return gym.wrappers.TimeLimit(CrashyCartPole(), max_episode_steps=500)
 
 
-class CrashyConfig(TrainConfig):
-    """Unpickling this in a worker imports this module, which registers the crashy env there."""
+register_env(CRASH_ENV, make_crashy)
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -350,7 +352,7 @@ def test_processes_worker_that_raises_is_restarted(fixed_budget, tmp_path, monke
     monkeypatch.setenv("HYBRID_TEST_MAIN_PID", str(os.getpid()))
     monkeypatch.setenv("HYBRID_TEST_CRASH", f"once:{marker}")
     cfg = fixed_budget(runtime="processes", scheduler="sync", workers=2, env=CRASH_ENV)
-    result = hybrid.train(CrashyConfig(**cfg.to_dict()))
+    result = hybrid.train(cfg)
     assert not marker.exists()  # the failure did happen
     assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
     assert torch.isfinite(result.params).all()
@@ -363,7 +365,7 @@ def test_processes_worker_that_always_raises_stops_the_run(
     monkeypatch.setenv("HYBRID_TEST_CRASH", "always:")
     cfg = fixed_budget(runtime="processes", workers=2, env=CRASH_ENV)
     with pytest.raises(RuntimeError, match="injected env failure"):
-        hybrid.train(CrashyConfig(**cfg.to_dict()))
+        hybrid.train(cfg)
 
 
 def test_processes_keyboard_interrupt_ends_every_worker(fixed_budget, monkeypatch, no_leaks):

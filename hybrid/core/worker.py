@@ -1,4 +1,7 @@
-"""A worker: its own envs, a local model copy and an algorithm; one task -> one Update."""
+"""A worker: its own envs, a local model copy and an algorithm; one task -> one Update.
+
+It is built from ``WorkerSettings`` (picklable: what a worker process or an actor
+receives), which the assembly (``hybrid/assembly.py``) makes from the run's config."""
 
 from __future__ import annotations
 
