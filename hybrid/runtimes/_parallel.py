@@ -16,7 +16,7 @@ import os
 import pickle
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +24,10 @@ import torch
 from hybrid.core.worker import Worker
 from hybrid.protocol import Snapshot, Update
 from hybrid.seeding import FAULTS, stream
+
+if TYPE_CHECKING:
+    from hybrid.runtimes.pool import WorkerPool
+    from hybrid.runtimes.settings import RuntimeSettings
 
 log = logging.getLogger("hybrid.runtimes")
 
@@ -229,7 +233,7 @@ class Supervisor(abc.ABC):
 
     executors: list[Any]
 
-    def __init__(self, settings: Any, pool: Any, clock: Any) -> None:
+    def __init__(self, settings: RuntimeSettings, pool: WorkerPool, clock: Any) -> None:
         self.settings, self.pool = settings, pool
         self.executors = []
         self._clock = clock
