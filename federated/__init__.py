@@ -42,8 +42,8 @@ register_final_evaluation(
     FinalEvaluation(
         "client_fairness",
         _has_clients,
-        fairness_settings,
         "federated.evaluation:client_fairness",
+        settings=fairness_settings,
     )
 )
 

@@ -174,7 +174,7 @@ def server_settings(cfg: TrainConfig) -> ServerSettings:
 
 def eval_settings(cfg: TrainConfig) -> EvalSettings:
     final = tuple(
-        (evaluation.run, evaluation.settings(cfg))
+        (evaluation.run, evaluation.settings(cfg) if evaluation.settings else cfg)
         for evaluation in final_evaluations()
         if evaluation.applies(cfg)
     )

@@ -99,7 +99,9 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
     deadline = time.perf_counter() + budget_s
     while len(tasks) < 5 or time.perf_counter() < deadline:  # a spread needs a few
         started = time.thread_time()
-        rollout = worker.runner.collect(worker.model, worker.settings.rollout_steps, worker.generator)
+        rollout = worker.runner.collect(
+            worker.model, worker.settings.rollout_steps, worker.generator
+        )
         acting.append(time.thread_time() - started)
         env_steps = rollout.env_steps
         started = time.thread_time()

@@ -74,11 +74,11 @@ class FinalEvaluation:
 
     name: str
     applies: Callable[[TrainConfig], bool]
-    settings: Callable[[TrainConfig], Any]
-    """The evaluation's own settings, built from the flat config by the assembly (the
-    plug-in's part of it): ``run`` receives them, never the config."""
     run: str
     """``"module:function"``: ``(settings, info, params) -> dict`` of summary figures."""
+    settings: Callable[[TrainConfig], Any] | None = None
+    """The evaluation's own settings, built from the flat config by the assembly (the
+    plug-in's part of it) and handed to ``run``; None hands ``run`` the config itself."""
 
 
 _ENV_FAMILIES: dict[str, EnvFamily] = {}

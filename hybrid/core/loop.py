@@ -1,5 +1,8 @@
 """The one loop, and ``train``: build the components, run the loop, write the run directory.
 
+``train`` is where the flat ``TrainConfig`` ends: it checks it, then builds each component
+from its own settings, made by ``hybrid/assembly.py``.
+
 Every scheduler, runtime and algorithm runs through ``Training.run``; nothing
 else owns control flow.
 """
