@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from hybrid.clients import EVAL_STREAM, FEDERATED, make_profiles, set_physics
+from hybrid.algorithms import AlgoSettings
+from hybrid.clients import EVAL_STREAM, FEDERATED, ClientSettings, make_profiles, set_physics
 from hybrid.core.worker import build_model
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import FlatParams
 from hybrid.seeding import int_seed, stream
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
-
 CHUNK = 64
 """Clients evaluated together in one vector env: bounds memory for any sample size."""
+
+
+@dataclass(frozen=True)
+class FairnessSettings:
+    """What the per-client evaluation needs (built by ``federated.fairness_settings``)."""
+
+    clients: ClientSettings
+    """The run's clients (their profiles); also its env and seed."""
+    algo: AlgoSettings
+    client_eval_clients: int = 50
+    client_eval_episodes: int = 2
 
 
 def fairness(per_client: np.ndarray) -> dict[str, Any]:
@@ -45,33 +55,33 @@ def fairness(per_client: np.ndarray) -> dict[str, Any]:
     }
 
 
-def eval_clients(cfg: TrainConfig) -> list[int]:
+def eval_clients(settings: FairnessSettings) -> list[int]:
     """The seeded sample of clients evaluated (all of them when K is small enough)."""
-    k = len(make_profiles(cfg))
-    n = min(cfg.client_eval_clients, k)
-    rng = np.random.default_rng(stream(cfg.seed, FEDERATED, EVAL_STREAM))
+    k = len(make_profiles(settings.clients))
+    n = min(settings.client_eval_clients, k)
+    rng = np.random.default_rng(stream(settings.clients.seed, FEDERATED, EVAL_STREAM))
     return sorted(int(c) for c in rng.choice(k, size=n, replace=False))
 
 
 @torch.no_grad()
 def client_returns(
-    cfg: TrainConfig, info: EnvInfo, params: torch.Tensor, clients: Sequence[int]
+    settings: FairnessSettings, info: EnvInfo, params: torch.Tensor, clients: Sequence[int]
 ) -> np.ndarray:
     """Greedy returns, [clients, client_eval_episodes], each client on its own variant.
 
     Episode seeds depend on the episode index only, so two clients differ by their
     dynamics, not by their luck with initial states.
     """
-    profiles = make_profiles(cfg)
-    episodes = cfg.client_eval_episodes
-    seeds = [int_seed(s) for s in stream(cfg.seed, FEDERATED, EVAL_STREAM, 1).spawn(episodes)]
-    model = build_model(cfg, info)
+    profiles = make_profiles(settings.clients)
+    episodes, seed = settings.client_eval_episodes, settings.clients.seed
+    seeds = [int_seed(s) for s in stream(seed, FEDERATED, EVAL_STREAM, 1).spawn(episodes)]
+    model = build_model(settings.algo, info)
     flat = FlatParams(model)
     flat.load(params)
     out = np.zeros((len(clients), episodes))
     for start in range(0, len(clients), CHUNK):
         chunk = list(clients[start : start + CHUNK])
-        envs = make_vector_env(cfg.env, len(chunk) * episodes)
+        envs = make_vector_env(settings.clients.env, len(chunk) * episodes)
         try:
             for i, client in enumerate(chunk):
                 for j in range(episodes):
@@ -92,9 +102,11 @@ def client_returns(
     return out
 
 
-def client_fairness(cfg: TrainConfig, info: EnvInfo, params: torch.Tensor) -> dict[str, Any]:
-    per_client = client_returns(cfg, info, params, eval_clients(cfg)).mean(axis=1)
+def client_fairness(
+    settings: FairnessSettings, info: EnvInfo, params: torch.Tensor
+) -> dict[str, Any]:
+    per_client = client_returns(settings, info, params, eval_clients(settings)).mean(axis=1)
     return fairness(per_client)
 
 
-__all__ = ["client_fairness", "client_returns", "eval_clients", "fairness"]
+__all__ = ["FairnessSettings", "client_fairness", "client_returns", "eval_clients", "fairness"]

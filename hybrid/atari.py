@@ -22,16 +22,25 @@ Machado et al. 2018). The ROMs ship with ale-py (the ``atari`` extra), and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 
 from hybrid.errors import ConfigError
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
-
 ATARI_EXTRA = "pip install 'hybrid-rl[atari]'"
+
+
+@dataclass(frozen=True)
+class AtariSettings:
+    """The preprocessing of the ``atari_*`` flags; the defaults are the DQN / A3C papers'."""
+
+    frame_skip: int = 4
+    frame_stack: int = 4
+    noop_max: int = 30
+    episodic_life: bool = True
+    clip_rewards: bool = True
 
 
 def is_atari(env_id: str) -> bool:
@@ -92,14 +101,16 @@ class EpisodicLife(gym.Wrapper):
         return obs, info
 
 
-def make_atari(env_id: str, cfg: TrainConfig | None, evaluation: bool = False) -> gym.Env:
-    """One preprocessed Atari env (see the module docstring); ``cfg`` None uses the defaults."""
+def make_atari(
+    env_id: str, settings: AtariSettings | None = None, evaluation: bool = False
+) -> gym.Env:
+    """One preprocessed Atari env (see the module docstring); ``settings`` None: the defaults."""
     register_atari(env_id)
-    frame_skip = cfg.atari_frame_skip if cfg is not None else 4
-    frame_stack = cfg.atari_frame_stack if cfg is not None else 4
-    noop_max = cfg.atari_noop_max if cfg is not None else 30
-    episodic_life = (cfg.atari_episodic_life if cfg is not None else True) and not evaluation
-    clip_rewards = (cfg.atari_clip_rewards if cfg is not None else True) and not evaluation
+    settings = settings or AtariSettings()
+    frame_skip, frame_stack = settings.frame_skip, settings.frame_stack
+    noop_max = settings.noop_max
+    episodic_life = settings.episodic_life and not evaluation
+    clip_rewards = settings.clip_rewards and not evaluation
 
     try:
         env = gym.make(env_id, frameskip=1)

@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybrid import assembly
 from hybrid.cluster_profile import MODELLED_RUNTIMES, ClusterProfile
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.appliers import WorkersApply
-from hybrid.core.global_model import build_global_model
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo, describe
 from hybrid.protocol import ComputeGradient, Snapshot, Step, Update
@@ -99,7 +99,9 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
     deadline = time.perf_counter() + budget_s
     while len(tasks) < 5 or time.perf_counter() < deadline:  # a spread needs a few
         started = time.thread_time()
-        rollout = worker.runner.collect(worker.model, worker.cfg.rollout_steps, worker.generator)
+        rollout = worker.runner.collect(
+            worker.model, worker.settings.rollout_steps, worker.generator
+        )
         acting.append(time.thread_time() - started)
         env_steps = rollout.env_steps
         started = time.thread_time()
@@ -157,7 +159,6 @@ class _InstantRuntime:
 def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: float) -> float:
     """CPU seconds of the one loop per update, applying nothing (the apply is timed apart)."""
     from hybrid.core.loop import Training, initial_params, make_learner
-    from hybrid.evaluation import Evaluator
     from hybrid.schedulers import make_scheduler
     from hybrid.tracking import Tracker
 
@@ -172,12 +173,12 @@ def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: f
         track=False,
         progress=False,
     )
-    global_model = build_global_model(loop_cfg, initial_params(loop_cfg, info), info.obs_dim)
-    scheduler = make_scheduler(loop_cfg)
+    global_model = assembly.global_model(loop_cfg, initial_params(loop_cfg, info), info.obs_dim)
+    scheduler = make_scheduler(assembly.scheduler_settings(loop_cfg))
     runtime = _InstantRuntime(loop_cfg.workers, template)
-    evaluator = Evaluator(loop_cfg, info, obs_stats=global_model.obs_stats)
+    evaluator = assembly.evaluator(loop_cfg, info, obs_stats=global_model.obs_stats)
     with tempfile.TemporaryDirectory() as run_dir:
-        tracker = Tracker(loop_cfg, Path(run_dir))
+        tracker = Tracker(assembly.tracking_settings(loop_cfg), Path(run_dir))
         training = Training(
             loop_cfg,
             Path(run_dir),
@@ -261,8 +262,8 @@ def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurement
     if budget_s <= 0:
         raise ConfigError(f"budget_s: {budget_s} must be > 0")
     torch.set_num_threads(cfg.torch_threads)
-    info = describe(cfg.env, cfg)
-    worker = Worker(0, cfg, info)
+    info = describe(cfg.env, assembly.env_settings(cfg))
+    worker = Worker(0, assembly.worker_settings(cfg), info)
     try:
         worker.run_task(Snapshot(worker.flat.flat.clone(), 0))  # first-task costs: not ours
         step_cost, compute, sigma = _measure_tasks(worker, 0.5 * budget_s)
@@ -278,7 +279,7 @@ def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurement
     gradient = template.payload
     loop_s = _measure_loop(cfg, info, template, 0.2 * budget_s)
 
-    global_model = build_global_model(cfg, params, info.obs_dim)
+    global_model = assembly.global_model(cfg, params, info.obs_dim)
     apply_s = _median_cpu_s(lambda: global_model.apply(Step(gradient.clone())), 0.05 * budget_s)
     shared = torch.empty_like(global_model.params)
     snapshot_s = _median_cpu_s(

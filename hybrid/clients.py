@@ -20,16 +20,13 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from hybrid.errors import ConfigError
 from hybrid.seeding import stream
-
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
 
 # Top-level spawn key of every federated stream: far from hybrid.seeding's small keys.
 FEDERATED = 0xFED
@@ -107,18 +104,43 @@ class ClientProfile:
         return dict(self.dynamics)
 
 
-def population(cfg: TrainConfig) -> int:
+@dataclass(frozen=True)
+class ClientSettings:
+    """What draws the run's client profiles and prices a client's task (the assembly fills it
+    from the config). Frozen and hashable: the profile draw is cached by it."""
+
+    seed: int
+    env: str
+    workers: int
+    clients: int | None = None
+    client_dynamics: str = "iid"
+    cluster: str = "homogeneous"
+    speed_sigma: float = 0.5
+    straggler_fraction: float = 0.25
+    straggler_slowdown: float = 4.0
+    client_uplink_mbps: float = 10.0
+    client_downlink_mbps: float = 50.0
+    client_link_sigma: float = 0.0
+    client_dropout: float = 0.0
+    client_availability: float = 1.0
+    # the virtual clock's costs of a client task (ClientCostModel); not part of the draw
+    step_cost_s: float = 1e-4
+    task_overhead_s: float = 1e-3
+    jitter_sigma: float = 0.1
+
+
+def population(settings: ClientSettings) -> int:
     """How many worker ids the run has: its K clients, or its workers."""
-    return cfg.clients if cfg.clients is not None else cfg.workers
+    return settings.clients if settings.clients is not None else settings.workers
 
 
-def make_profiles(cfg: TrainConfig) -> tuple[ClientProfile, ...]:
-    """The run's client profiles, ids 0..K-1; the same config always draws the same ones."""
-    return _profiles(_profile_key(cfg))
+def make_profiles(settings: ClientSettings) -> tuple[ClientProfile, ...]:
+    """The run's client profiles, ids 0..K-1; the same settings always draw the same ones."""
+    return _profiles(_profile_key(settings))
 
 
-def client_profile(cfg: TrainConfig, client_id: int) -> ClientProfile:
-    return make_profiles(cfg)[client_id]
+def client_profile(settings: ClientSettings, client_id: int) -> ClientProfile:
+    return make_profiles(settings)[client_id]
 
 
 _PROFILE_FIELDS = (
@@ -139,8 +161,8 @@ _PROFILE_FIELDS = (
 )
 
 
-def _profile_key(cfg: TrainConfig) -> tuple[Any, ...]:
-    return tuple(getattr(cfg, name) for name in _PROFILE_FIELDS)
+def _profile_key(settings: ClientSettings) -> tuple[Any, ...]:
+    return tuple(getattr(settings, name) for name in _PROFILE_FIELDS)
 
 
 @functools.lru_cache(maxsize=8)
@@ -206,8 +228,10 @@ def apply_dynamics(envs: gym.vector.VectorEnv, physics: Mapping[str, float]) -> 
         set_physics(env.unwrapped, physics)
 
 
-def apply_client_dynamics(envs: gym.vector.VectorEnv, cfg: TrainConfig, client_id: int) -> None:
-    apply_dynamics(envs, client_profile(cfg, client_id).physics)
+def apply_client_dynamics(
+    envs: gym.vector.VectorEnv, settings: ClientSettings, client_id: int
+) -> None:
+    apply_dynamics(envs, client_profile(settings, client_id).physics)
 
 
 def _sub_envs(envs: gym.vector.VectorEnv) -> list[gym.Env]:
@@ -231,9 +255,9 @@ class ClientCostModel:
     jitter of a (client, version) pair has its own stream, so no per-client state is kept.
     """
 
-    def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
-        self.profiles = make_profiles(cfg)
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self.profiles = make_profiles(settings)
 
     def duration(
         self,
@@ -245,14 +269,14 @@ class ClientCostModel:
         version: int,
     ) -> tuple[float, float]:
         """(download + compute seconds, upload seconds) of one task."""
-        cfg, profile = self.cfg, self.profiles[client_id]
+        s, profile = self.settings, self.profiles[client_id]
         jitter = 1.0
-        if cfg.jitter_sigma:
+        if s.jitter_sigma:
             rng = np.random.default_rng(
-                stream(cfg.seed, FEDERATED, JITTER_STREAM, client_id, max(version, 0))
+                stream(s.seed, FEDERATED, JITTER_STREAM, client_id, max(version, 0))
             )
-            jitter = float(rng.lognormal(0.0, cfg.jitter_sigma))
-        compute = (env_steps * cfg.step_cost_s + updates * cfg.task_overhead_s) * profile.slowness
+            jitter = float(rng.lognormal(0.0, s.jitter_sigma))
+        compute = (env_steps * s.step_cost_s + updates * s.task_overhead_s) * profile.slowness
         download = download_nbytes * 8 / (profile.downlink_mbps * 1e6)
         upload = nbytes * 8 / (profile.uplink_mbps * 1e6)
         return float(download + compute * jitter), float(upload)

@@ -2,7 +2,9 @@
 
 One dataclass, one namespace: the same field names are CLI flags
 (``--total-env-steps``), wandb sweep keys (``total_env_steps``) and keyword
-arguments in a notebook (``TrainConfig(total_env_steps=...)``).
+arguments in a notebook (``TrainConfig(total_env_steps=...)``). Only the assembly
+(``hybrid/assembly.py``, used by ``train()``) reads it: it builds each component's own
+settings dataclass, and no component sees the config.
 """
 
 from __future__ import annotations
@@ -604,9 +606,10 @@ VIRTUAL_ONLY = (
 )
 
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {
-    # Who owns each field: the component that reads it. Only the assembly (hybrid/core/loop.py,
-    # cli, flags, sweep, calibrate, config and its checks) reads any field; a component reads
-    # the fields it owns and those tests/test_config_owners.py lists for it, with the reason.
+    # Who owns each field: the component it configures. Only the assembly (hybrid/assembly.py,
+    # hybrid/core/loop.py, cli, flags, sweep, calibrate, config and its checks, a plug-in's
+    # registration) reads the config; components get their own settings dataclasses from it
+    # (tests/test_config_owners.py fails on a component that reads or imports the config).
     "run": (
         "env",
         "scheduler",

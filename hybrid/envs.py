@@ -8,17 +8,26 @@ import importlib
 import pickle
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from hybrid.atari import AtariSettings
 from hybrid.errors import ConfigError
 from hybrid.plugins import EnvFamily, env_families, resolve
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """How a run builds its envs beyond the id: what the assembly takes from the config."""
+
+    wrappers: str = ""
+    """``--wrappers``: applied to every env, in order."""
+    atari: AtariSettings = field(default_factory=AtariSettings)
+    spawned: bool = False
+    """Workers run in spawned processes: factories and wrappers must pickle."""
 
 
 @dataclass(frozen=True)
@@ -77,18 +86,19 @@ def _needs_flatten(space: gym.Space) -> bool:
     return not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)
 
 
-def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
+def describe(env_id: str, settings: EnvSettings | None = None) -> EnvInfo:
     """Probe the env once; unknown ids and unsupported spaces become ConfigErrors.
 
-    ``cfg`` brings the wrappers (``--wrappers``) and the Atari settings, which can change
+    ``settings`` brings the wrappers (``--wrappers``) and the Atari settings, which can change
     the observation space.
     """
     family = env_family(env_id)
     if family is not None:
         return resolve(family.describe)(env_id)
     factory = resolve_factory(env_id)
-    wrappers = registered_wrappers(cfg.wrappers if cfg is not None else "")
-    if wrappers and cfg is not None and cfg.runtime == "processes":
+    settings = settings or EnvSettings()
+    wrappers = registered_wrappers(settings.wrappers)
+    if wrappers and settings.spawned:
         try:  # like the factory: spawned workers receive them pickled (by reference)
             pickle.dumps(wrappers)
         except Exception as exc:
@@ -97,7 +107,7 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
                 f"({_first_line(exc)}); define it at module level, or use the serial or "
                 "ray runtime"
             ) from None
-    if factory is not None and cfg is not None and cfg.runtime == "processes":
+    if factory is not None and settings.spawned:
         try:  # spawned worker processes receive the factory pickled (by reference)
             pickle.dumps(factory)
         except Exception as exc:
@@ -106,7 +116,7 @@ def describe(env_id: str, cfg: TrainConfig | None = None) -> EnvInfo:
                 f"({_first_line(exc)}); define it at module level, or use the serial or "
                 "ray runtime"
             ) from None
-    env = make_env(env_id, cfg, factory=factory, flatten=False)
+    env = make_env(env_id, settings, factory=factory, flatten=False)
     try:
         obs_space = env.observation_space
         obs_shape: tuple[int, ...] = ()
@@ -223,7 +233,7 @@ def ensure_registered(env_id: str) -> None:
 
 def make_env(
     env_id: str,
-    cfg: TrainConfig | None = None,
+    settings: EnvSettings | None = None,
     evaluation: bool = False,
     factory: Callable[[], Any] | None = None,
     flatten: bool = True,
@@ -246,8 +256,9 @@ def make_env(
     else:
         from hybrid.atari import is_atari, make_atari
 
-        env = make_atari(env_id, cfg, evaluation) if is_atari(env_id) else _gym_make(env_id)
-    for wrapper, args, kwargs in parse_wrappers(cfg.wrappers if cfg is not None else ""):
+        atari = settings.atari if settings is not None else None
+        env = make_atari(env_id, atari, evaluation) if is_atari(env_id) else _gym_make(env_id)
+    for wrapper, args, kwargs in parse_wrappers(settings.wrappers if settings else ""):
         try:
             env = wrapper(env, *args, **kwargs)
         except Exception as exc:
@@ -398,17 +409,18 @@ def _wrapper_callable(path: str, item: str) -> Callable[..., Any]:
     return wrapper
 
 
-def _plain(env_id: str, cfg: TrainConfig | None, factory: Callable[[], Any] | None) -> bool:
+def _plain(env_id: str, settings: EnvSettings | None, factory: Callable[[], Any] | None) -> bool:
     """A registered id without wrappers: the original, fastest construction path."""
     from hybrid.atari import is_atari
 
-    return factory is None and not is_atari(env_id) and not (cfg is not None and cfg.wrappers)
+    wrapped = settings is not None and bool(settings.wrappers)
+    return factory is None and not is_atari(env_id) and not wrapped
 
 
 def make_vector_env(
     env_id: str,
     num_envs: int,
-    cfg: TrainConfig | None = None,
+    settings: EnvSettings | None = None,
     info: EnvInfo | None = None,
     evaluation: bool = False,
 ) -> gym.vector.VectorEnv:
@@ -420,7 +432,7 @@ def make_vector_env(
 
     A PettingZoo id gives the multi-agent adapter's vector env (``[E, N, ...]``).
     Each sub-env is its own instance (its own simulator, e.g. a MuJoCo model and data),
-    built by ``make_env`` from ``cfg`` (wrappers, Atari settings) and ``info`` (a
+    built by ``make_env`` from ``settings`` (wrappers, Atari settings) and ``info`` (a
     registered factory); ``evaluation`` builds the evaluator's (Atari: the game score).
     """
     family = env_family(env_id)
@@ -430,9 +442,9 @@ def make_vector_env(
     factory = factory or resolve_factory(env_id)
     for name, fn in info.wrappers if info is not None else ():
         _WRAPPERS.setdefault(name, fn)  # a worker process: its registry starts empty
-    if not _plain(env_id, cfg, factory):
+    if not _plain(env_id, settings, factory):
         return gym.vector.SyncVectorEnv(
-            [functools.partial(make_env, env_id, cfg, evaluation, factory)] * num_envs,
+            [functools.partial(make_env, env_id, settings, evaluation, factory)] * num_envs,
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
     ensure_registered(env_id)

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
+from hybrid.algorithms import AlgoSettings
 from hybrid.core.worker import build_model
-from hybrid.envs import EnvInfo, env_family, make_vector_env
+from hybrid.envs import EnvInfo, EnvSettings, env_family, make_vector_env
 from hybrid.nets import FlatParams
 from hybrid.normalization import GlobalObsStats, ObsNormalizer
-from hybrid.plugins import final_evaluations, resolve
+from hybrid.plugins import resolve
 from hybrid.seeding import EVAL, int_seed, stream
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What the evaluator is built from (the assembly fills it from the config)."""
+
+    algo: AlgoSettings
+    env: str
+    seed: int
+    eval_episodes: int = 10
+    obs_clip: float = 10.0
+    """The clip of the evaluator's observation normalizer (``normalize_obs``)."""
+    envs: EnvSettings = field(default_factory=EnvSettings)
+    final: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    """The plug-ins' final evaluations that apply to this run: ``("module:function",
+    settings)`` pairs; each is called ``(settings, info, params) -> dict``."""
 
 
 class Evaluator:
@@ -26,20 +41,24 @@ class Evaluator:
     """
 
     def __init__(
-        self, cfg: TrainConfig, info: EnvInfo, obs_stats: GlobalObsStats | None = None
+        self, settings: EvalSettings, info: EnvInfo, obs_stats: GlobalObsStats | None = None
     ) -> None:
-        self.cfg = cfg
+        self.settings = settings
         self.info = info
-        self.episodes = cfg.eval_episodes
+        self.episodes = settings.eval_episodes
         # evaluation=True: whole games at their real score (no episodic life, no clipping)
-        self.envs = make_vector_env(cfg.env, cfg.eval_episodes, cfg, info, evaluation=True)
+        self.envs = make_vector_env(
+            settings.env, self.episodes, settings.envs, info, evaluation=True
+        )
         # The global model's observation statistics (normalize_obs), read at each evaluation.
         self.obs_stats = obs_stats
         self.obs_norm = (
-            ObsNormalizer(info.obs_stats_shape, cfg.obs_clip) if obs_stats is not None else None
+            ObsNormalizer(info.obs_stats_shape, settings.obs_clip)
+            if obs_stats is not None
+            else None
         )
-        self.seeds = [int_seed(s) for s in stream(cfg.seed, EVAL).spawn(cfg.eval_episodes)]
-        self.model = build_model(cfg, info)
+        self.seeds = [int_seed(s) for s in stream(settings.seed, EVAL).spawn(self.episodes)]
+        self.model = build_model(settings.algo, info)
         self.flat = FlatParams(self.model)
 
     @torch.no_grad()
@@ -69,16 +88,15 @@ class Evaluator:
         When the workers are edge clients or run env variants: the return on each client's
         own variant, its mean, worst 10% and spread across clients (fairness).
         """
-        family = env_family(self.cfg.env)
+        family = env_family(self.settings.env)
         if family is not None and family.baseline_returns is not None:
             # the random policy's return beside the trained one's (multi-agent)
             baseline = resolve(family.baseline_returns)
-            random = baseline(self.cfg.env, self.episodes, self.seeds)
+            random = baseline(self.settings.env, self.episodes, self.seeds)
             return {"random_return_mean": float(random.mean())}
         metrics: dict[str, float] = {}
-        for evaluation in final_evaluations():  # plug-ins: federated's client fairness
-            if evaluation.applies(self.cfg):
-                metrics.update(resolve(evaluation.run)(self.cfg, self.info, params))
+        for run, settings in self.settings.final:  # plug-ins: federated's client fairness
+            metrics.update(resolve(run)(settings, self.info, params))
         return metrics
 
     def close(self) -> None:

@@ -24,13 +24,10 @@ absent are not counted and agents with different observations are not mixed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
 
 OBS_MEAN, OBS_VAR = "obs_mean", "obs_var"
 """Snapshot extras that carry the global observation statistics."""
@@ -47,12 +44,6 @@ class NormalizationSettings:
     obs_clip: float = 10.0
     reward_clip: float = 10.0
     gamma: float = 0.99
-
-    @classmethod
-    def from_config(cls, cfg: TrainConfig) -> NormalizationSettings:
-        return cls(
-            cfg.normalize_obs, cfg.normalize_reward, cfg.obs_clip, cfg.reward_clip, cfg.gamma
-        )
 
 
 class RunningMeanStd:

@@ -63,6 +63,9 @@ class EnvFamily:
     baseline_returns: str | None = None
     """``(env_id, episodes, seeds) -> returns`` of a reference policy, reported beside the
     trained one's in ``summary.json``."""
+    settings: Callable[[TrainConfig], Any] | None = None
+    """The family's own settings, built from the flat config by the assembly (the plug-in's
+    part of it) and handed to its algorithm as ``AlgoSettings.family``."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,10 @@ class FinalEvaluation:
     name: str
     applies: Callable[[TrainConfig], bool]
     run: str
-    """``"module:function"``: ``(cfg, info, params) -> dict`` of summary figures."""
+    """``"module:function"``: ``(settings, info, params) -> dict`` of summary figures."""
+    settings: Callable[[TrainConfig], Any] | None = None
+    """The evaluation's own settings, built from the flat config by the assembly (the
+    plug-in's part of it) and handed to ``run``; None hands ``run`` the config itself."""
 
 
 _ENV_FAMILIES: dict[str, EnvFamily] = {}

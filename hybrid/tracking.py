@@ -19,14 +19,32 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
-from hybrid.cluster_profile import is_profile_path
 from hybrid.protocol import Update, Verdict
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """What the tracker needs (the assembly fills it from the config)."""
+
+    total_env_steps: int
+    label: str
+    """The console's name of the run, e.g. ``async/CartPole-v1``."""
+    progress: bool = True
+    track: bool = False
+    """Log to wandb as well."""
+    wandb_project: str = "hybrid"
+    wandb_group: str = ""
+    wandb_job_type: str = ""
+    wandb_tags: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    """The whole config as plain data: what wandb records with the run."""
+    cluster_profile: str | None = None
+    """A measured profile the serial clock charged: copied into the run directory."""
+
 
 PROFILE_COPY = "cluster_profile.json"
 """Where a run on a measured profile (``--cluster PATH.json``) keeps a copy of it."""
@@ -183,7 +201,7 @@ class Console:
 class WandbSink:
     """wandb logging that never stops training: every failure becomes one warning."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
+    def __init__(self, settings: TrackingSettings, run_dir: Path) -> None:
         self.run: Any = None
         try:
             import wandb
@@ -191,13 +209,13 @@ class WandbSink:
             if not _wandb_configured():
                 os.environ.setdefault("WANDB_MODE", "offline")
             self.run = wandb.init(
-                project=cfg.wandb_project,
-                group=cfg.exp_name or cfg.env,
-                job_type=cfg.scheduler,
+                project=settings.wandb_project,
+                group=settings.wandb_group,
+                job_type=settings.wandb_job_type,
                 name=run_dir.name,
                 dir=str(run_dir),
-                config=cfg.to_dict(),
-                tags=[cfg.scheduler, cfg.runtime, cfg.algo],
+                config=settings.config,
+                tags=list(settings.wandb_tags),
                 reinit="finish_previous",
             )
             self.run.define_metric("env_steps")
@@ -326,19 +344,21 @@ class Callbacks:
 
 
 class Tracker:
-    def __init__(self, cfg: TrainConfig, run_dir: Path, callbacks: Callbacks | None = None) -> None:
+    def __init__(
+        self, settings: TrackingSettings, run_dir: Path, callbacks: Callbacks | None = None
+    ) -> None:
         self.run_dir = run_dir
         self.callbacks = callbacks if callbacks is not None else Callbacks()
         self._jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
         # One line per worker task, for `hybrid timeline`; buffered, it is written often.
         self._spans = open(run_dir / "spans.jsonl", "a")  # noqa: SIM115
-        self.console = Console(cfg.total_env_steps, f"{cfg.scheduler}/{cfg.env}", cfg.progress)
-        self.wandb = WandbSink(cfg, run_dir) if cfg.track else None
-        if cfg.runtime == "serial" and is_profile_path(cfg.cluster):
+        self.console = Console(settings.total_env_steps, settings.label, settings.progress)
+        self.wandb = WandbSink(settings, run_dir) if settings.track else None
+        if settings.cluster_profile is not None:
             # The measured machine the clock ran on, kept beside the config that names it.
             copy = run_dir / PROFILE_COPY
             if not copy.exists():  # a resumed run keeps the copy its first segment made
-                shutil.copyfile(cfg.cluster, copy)
+                shutil.copyfile(settings.cluster_profile, copy)
 
     def log(self, row: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
         """One metrics.jsonl row, shown on the console and handed to the callbacks;

@@ -3,21 +3,49 @@
 Importing this package registers the ``multiagent`` env family with ``hybrid.plugins``:
 ids of the form ``package/module`` that Gymnasium does not know. The check below runs when
 a config is validated; the adapter (``pettingzoo``) and MAPPO / IPPO (``mappo``) are
-imported only when a run uses them.
+imported only when a run uses them. This module is the plug-in's part of the assembly: it
+alone reads the flat config (the check, and ``settings``, which builds the
+``MultiAgentSettings`` that MAPPO / IPPO receive inside ``AlgoSettings.family``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybrid.errors import ConfigError
 from hybrid.plugins import EnvFamily, register_env_family
 
 if TYPE_CHECKING:
+    from hybrid.algorithms.ppo import PPOSettings
     from hybrid.config import TrainConfig
 
 MULTIAGENT_ALGOS = ("mappo", "ippo", "ppo", "a2c")
 """What runs on a PettingZoo env: ``ppo`` is IPPO there; ``a2c`` one gradient per task."""
+
+
+@dataclass(frozen=True)
+class MultiAgentSettings:
+    """What MAPPO / IPPO build their model and loss from, besides ``AlgoSettings``."""
+
+    param_sharing: str
+    agent_id: bool
+    critic: str
+    """``central`` or ``local`` (``critic_kind``: ``auto`` already resolved)."""
+    ppo: PPOSettings
+    """PPO's settings with the multi-agent default of advantage normalization."""
+
+
+def settings(cfg: TrainConfig) -> MultiAgentSettings:
+    """The family's settings from the flat config (the assembly calls it)."""
+    from hybrid.assembly import ppo_settings
+
+    return MultiAgentSettings(
+        param_sharing=cfg.param_sharing,
+        agent_id=cfg.agent_id,
+        critic=critic_kind(cfg),
+        ppo=ppo_settings(cfg, multiagent=True),
+    )
 
 
 def critic_kind(cfg: TrainConfig) -> str:
@@ -61,14 +89,17 @@ register_env_family(
         runner="multiagent.pettingzoo:MultiAgentRunner",
         algorithm="multiagent.mappo:MULTIAGENT",
         baseline_returns="multiagent.pettingzoo:random_policy_returns",
+        settings=settings,
     )
 )
 
 __all__ = [
     "MULTIAGENT_ALGOS",
+    "MultiAgentSettings",
     "check_config",
     "critic_kind",
     "env_state",
     "mappo",
     "pettingzoo",
+    "settings",
 ]

@@ -35,7 +35,7 @@ from hybrid.algorithms.ppo import (
 )
 from hybrid.errors import ConfigError
 from hybrid.nets import mlp
-from multiagent import critic_kind
+from multiagent import MultiAgentSettings
 from multiagent.pettingzoo import (
     MultiAgentRollout,
     MultiAgentSpec,
@@ -45,7 +45,7 @@ from multiagent.pettingzoo import (
 )
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.algorithms import AlgoSettings
 
 MASKED = -1e9  # logit of an action an agent does not have (finite: no NaN in the entropy)
 
@@ -163,16 +163,26 @@ class MultiAgentActorCritic(nn.Module):
 # --- building -----------------------------------------------------------------------------------
 
 
-def build_model(cfg: TrainConfig, info: Any = None, worker_id: int = -1) -> MultiAgentActorCritic:
+def _family(settings: AlgoSettings) -> MultiAgentSettings:
+    family = settings.family
+    if not isinstance(family, MultiAgentSettings):
+        raise TypeError("AlgoSettings.family: the assembly sets MultiAgentSettings on PettingZoo")
+    return family
+
+
+def build_model(
+    settings: AlgoSettings, info: Any = None, worker_id: int = -1
+) -> MultiAgentActorCritic:
     del info, worker_id
-    spec = describe_spec(cfg.env)
+    family = _family(settings)
+    spec = describe_spec(settings.env)
     return MultiAgentActorCritic(
         spec,
-        parse_groups(spec, cfg.param_sharing),
-        cfg.hidden,
-        cfg.layers,
-        agent_id=cfg.agent_id,
-        central=critic_kind(cfg) == "central",
+        parse_groups(spec, family.param_sharing),
+        settings.nets.hidden,
+        settings.nets.layers,
+        agent_id=family.agent_id,
+        central=family.critic == "central",
     )
 
 
@@ -255,7 +265,9 @@ def prepare_multiagent(
     )
 
 
-def _prepare(cfg: TrainConfig) -> Any:
+def _prepare(settings: AlgoSettings) -> Any:
+    gamma, gae_lambda = settings.a2c.gamma, settings.a2c.gae_lambda
+
     def prepare(
         model: Any,
         rollout: MultiAgentRollout,
@@ -264,7 +276,7 @@ def _prepare(cfg: TrainConfig) -> Any:
         with_old_logp: bool,
     ) -> PPOBatch:
         return prepare_multiagent(
-            model, rollout, cfg.gamma, cfg.gae_lambda, value_norm, normalize_adv, with_old_logp
+            model, rollout, gamma, gae_lambda, value_norm, normalize_adv, with_old_logp
         )
 
     return prepare
@@ -273,48 +285,48 @@ def _prepare(cfg: TrainConfig) -> Any:
 # --- registry entries (hybrid.algorithms.Algorithm fields) ------------------------------------
 
 
-def worker_settings(cfg: TrainConfig) -> PPOSettings:
+def worker_settings(settings: AlgoSettings) -> PPOSettings:
     """PPO's settings for a worker on a multi-agent task; A2C's one gradient normalizes
     advantages (per batch: it is one step) only with ``--normalize-advantages``."""
-    ppo = PPOSettings.from_config(cfg, multiagent=True)
-    if cfg.algo == "a2c":
-        norm = "batch" if cfg.normalize_advantages else "none"
+    ppo = _family(settings).ppo
+    if settings.algo == "a2c":
+        norm = "batch" if settings.a2c.normalize_advantages else "none"
         ppo = dataclasses.replace(ppo, advantage_norm=norm)
     return ppo
 
 
-def loss(cfg: TrainConfig) -> PPOLoss:
+def loss(settings: AlgoSettings) -> PPOLoss:
     """One gradient of the clipped loss at the acting θ (A2C; each fedavg local step)."""
-    return PPOLoss(worker_settings(cfg), _prepare(cfg))
+    return PPOLoss(worker_settings(settings), _prepare(settings))
 
 
-def local_update(cfg: TrainConfig) -> LocalPPO:
-    return LocalPPO(worker_settings(cfg), _prepare(cfg))
+def local_update(settings: AlgoSettings) -> LocalPPO:
+    return LocalPPO(worker_settings(settings), _prepare(settings))
 
 
-def trajectory(cfg: TrainConfig) -> Any:
+def trajectory(settings: AlgoSettings) -> Any:
     return lambda model, rollout: rollout
 
 
-def learner(cfg: TrainConfig, info: Any) -> PPOLearner:
+def learner(settings: AlgoSettings, info: Any) -> PPOLearner:
     from hybrid.seeding import LEARNER, int_seed, stream
 
     # A2C's learner keeps PPO's advantage normalization (per batch here), not
     # --normalize-advantages, as it always has.
-    settings = PPOSettings.from_config(cfg, multiagent=True)
-    if cfg.algo == "a2c":  # one step per batch, as IMPALA's learner takes
-        settings = dataclasses.replace(settings, epochs=1, minibatches=1)
+    ppo = _family(settings).ppo
+    if settings.algo == "a2c":  # one step per batch, as IMPALA's learner takes
+        ppo = dataclasses.replace(ppo, epochs=1, minibatches=1)
     return PPOLearner(
-        build_model(cfg),
-        settings,
-        _prepare(cfg),
+        build_model(settings),
+        ppo,
+        _prepare(settings),
         concat=concat_multiagent,
-        seed=int_seed(stream(cfg.seed, LEARNER)),
+        seed=int_seed(stream(settings.seed, LEARNER)),
     )
 
 
-def _local_update(cfg: TrainConfig) -> LocalPPO | None:
-    return None if cfg.algo == "a2c" else local_update(cfg)
+def _local_update(settings: AlgoSettings) -> LocalPPO | None:
+    return None if settings.algo == "a2c" else local_update(settings)
 
 
 def _multiagent_algorithm() -> Any:

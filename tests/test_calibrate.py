@@ -9,6 +9,7 @@ from conftest import crash_copy, metric_rows
 
 import hybrid
 from hybrid import ConfigError
+from hybrid.assembly import env_settings, runtime_settings, scheduler_settings, worker_pool
 from hybrid.cli import main as cli_main
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.config import TrainConfig
@@ -112,9 +113,12 @@ def test_on_one_core_the_workers_stop_while_the_main_process_runs():
 
 def _runtime(tiny_config, profile, workers_apply=False, **changes):
     cfg = tiny_config(workers=2, **changes)
-    info = describe(cfg.env, cfg)
+    info = describe(cfg.env, env_settings(cfg))
     model = GlobalModel(initial_params(cfg, info))
-    return ProfiledSerialRuntime(cfg, info, profile, lambda: model.version, workers_apply), model
+    settings, pool = runtime_settings(cfg), worker_pool(cfg, info)
+    return ProfiledSerialRuntime(
+        settings, info, pool, profile, lambda: model.version, workers_apply
+    ), model
 
 
 def test_an_update_arriving_while_the_server_is_busy_waits(tiny_config):
@@ -319,9 +323,13 @@ def test_without_a_profile_the_serial_runtime_is_the_plain_one(tiny_config, tmp_
     ):
         path = write_profile(tmp_path / cluster) if cluster.endswith(".json") else cluster
         cfg = tiny_config(cluster=path)
-        info = describe(cfg.env, cfg)
+        info = describe(cfg.env, env_settings(cfg))
         runtime = make_runtime(
-            cfg, info, GlobalModel(initial_params(cfg, info)), make_scheduler(cfg)
+            runtime_settings(cfg),
+            info,
+            GlobalModel(initial_params(cfg, info)),
+            make_scheduler(scheduler_settings(cfg)),
+            worker_pool(cfg, info),
         )
         try:
             assert type(runtime) is kind

@@ -15,6 +15,7 @@ from conftest import crash_copy, metric_rows
 
 import hybrid
 from hybrid import ConfigError
+from hybrid.assembly import env_settings, worker_settings
 from hybrid.checkpoint import CheckpointError, from_plain, list_checkpoints, load, to_plain
 from hybrid.core.loop import Diverged
 from hybrid.core.worker import Worker
@@ -168,7 +169,7 @@ def test_sigterm_checkpoints_flushes_and_resumes_to_the_same_result(tmp_path):
 
 def _collect_after_load(cfg, state, params):
     """30 steps of a fresh worker with ``params`` after loading ``state`` (as checkpointed)."""
-    worker = Worker(0, cfg, describe(cfg.env, cfg))
+    worker = Worker(0, worker_settings(cfg), describe(cfg.env, env_settings(cfg)))
     worker.flat.load(params)
     worker.load_state_dict(from_plain(to_plain(state)))
     try:
@@ -179,7 +180,7 @@ def _collect_after_load(cfg, state, params):
 
 def test_a_runners_state_round_trip_continues_the_same_rollout(tiny_config):
     cfg = tiny_config(env="Pendulum-v1", normalize_obs=True, normalize_reward=True)
-    original = Worker(0, cfg, describe(cfg.env, cfg))
+    original = Worker(0, worker_settings(cfg), describe(cfg.env, env_settings(cfg)))
     original.runner.collect(original.model, 230, original.generator)  # across an episode end
     state = original.state_dict()
     assert set(state) == {"tasks_done", "generator", "codec", "algorithm", "runner"}
@@ -193,7 +194,7 @@ def test_a_runners_state_round_trip_continues_the_same_rollout(tiny_config):
 
 def test_a_worker_state_from_before_runners_owned_theirs_still_loads(tiny_config):
     cfg = tiny_config()
-    original = Worker(0, cfg, describe(cfg.env, cfg))
+    original = Worker(0, worker_settings(cfg), describe(cfg.env, env_settings(cfg)))
     original.runner.collect(original.model, 17, original.generator)
     state = original.state_dict()
     runner = state.pop("runner")

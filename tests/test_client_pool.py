@@ -16,11 +16,12 @@ import pytest
 import torch
 
 import hybrid
+from hybrid.assembly import client_settings, worker_pool, worker_settings
 from hybrid.config import TrainConfig
 from hybrid.core.loop import initial_params, make_task
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot, TrainLocally
-from hybrid.runtimes.pool import EdgeClients, PersistentWorkers, make_pool
+from hybrid.runtimes.pool import EdgeClients, PersistentWorkers
 
 
 def _fedavg(clients: int, out: Path, **changes) -> TrainConfig:
@@ -57,10 +58,10 @@ def _clients_per_round(result: hybrid.Result) -> dict[int, set[int]]:
 def test_the_pool_follows_clients():
     cfg = TrainConfig(workers=3)
     info = describe(cfg.env)
-    persistent = make_pool(cfg, info)
+    persistent = worker_pool(cfg, info)
     assert isinstance(persistent, PersistentWorkers) and persistent.persistent
     assert persistent.size == 3 and persistent.cost_model() is None
-    edge = make_pool(cfg.replace(scheduler="fedavg", clients=1000), info)
+    edge = worker_pool(cfg.replace(scheduler="fedavg", clients=1000), info)
     assert isinstance(edge, EdgeClients) and not edge.persistent and edge.size == 1000
     assert edge.cost_model() is not None  # the clients' links and device speeds
 
@@ -72,8 +73,8 @@ def test_an_edge_client_gives_the_same_delta_wherever_it_is_built():
     info = describe(cfg.env)
     theta = initial_params(cfg, info)
     snapshot = Snapshot(theta, 4, task=make_task(TrainLocally, cfg))
-    first = EdgeClients(cfg, info).run(17, snapshot)
-    other_pool = EdgeClients(cfg, info)
+    first = EdgeClients(worker_settings(cfg), info, client_settings(cfg)).run(17, snapshot)
+    other_pool = EdgeClients(worker_settings(cfg), info, client_settings(cfg))
     other_pool.run(3, snapshot)
     again = other_pool.run(17, snapshot)
     assert first.worker_id == again.worker_id == 17

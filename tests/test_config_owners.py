@@ -1,8 +1,10 @@
-"""Every TrainConfig field has one owner (hybrid.config.FIELD_OWNERS), and a module outside
-the assembly reads only the fields its component owns, plus the others listed below with
-the reason. A read is an attribute ``cfg.<field>`` / ``config.<field>`` (also
-``self.cfg.<field>``) or ``getattr(cfg, "<field>")``, found with ``ast`` in every module
-of hybrid, federated and multiagent.
+"""Every TrainConfig field has one owner (hybrid.config.FIELD_OWNERS); only the assembly
+reads the config. A module outside it reads at most the fields its own component owns
+(none does today: each component receives its own settings dataclass, built in
+hybrid/assembly.py), and does not import TrainConfig at all, so it cannot take the whole
+config under another name. A read is an attribute ``cfg.<field>`` / ``config.<field>``
+(also ``self.cfg.<field>``) or ``getattr(cfg, "<field>")``; both are found with ``ast`` in
+every module of hybrid, federated and multiagent.
 """
 
 from __future__ import annotations
@@ -22,96 +24,49 @@ ASSEMBLY = {
     "hybrid.config",  # and its checks:
     "hybrid.registry",
     "hybrid.defaults",  # per-env defaults of the fields themselves
-    "hybrid.core.loop",  # train(): builds every component from the config
+    "hybrid.assembly",  # builds every component's settings from the config
+    "hybrid.core.loop",  # train(): reads the run's own fields, builds through hybrid.assembly
     "hybrid.cli",
     "hybrid.flags",
     "hybrid.sweep",
     "hybrid.calibrate",  # a subcommand that builds its own configs
+    # A plug-in's registration is its part of the assembly: its check of the config and the
+    # builder of its own settings (EnvFamily.settings, FinalEvaluation.settings).
+    "multiagent",
+    "federated",
 }
 """May read any field."""
 
-# module -> (owners it is, {other owner: why it reads that owner's fields})
-COMPONENTS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
-    "hybrid.algorithms": (
-        ("a2c", "nstep_q", "nets"),
-        {"run": "algo and env pick the form; seed the learner's; workers the Ape-X ε spread"},
-    ),
-    "hybrid.algorithms.ppo": (
-        ("ppo",),
-        {
-            "a2c": "PPO's loss shares gamma, gae_lambda, ent_coef, vf_coef",
-            "global_model": "its local epochs clip like the server (max_grad_norm, adam_eps)",
-            "run": "seed of the minibatch order",
-        },
-    ),
-    "hybrid.atari": (("atari",), {}),
-    "hybrid.clients": (
-        ("clients",),
-        {"run": "workers (no clients) and seed", "serial": "a client's task cost on the clock"},
-    ),
-    "hybrid.core.global_model": (
-        ("global_model",),
-        {
-            "nstep_q": "target_every: the target network (issue 17, point 2: left to its applier)",
-            "run": "algo == nstep_q, for the same",
-            "normalization": "normalize_obs: the global observation statistics",
-        },
-    ),
-    "hybrid.core.worker": (
-        (),
-        {
-            "run": "its env, rollout and seeds",
-            "codecs": "it encodes its own update",
-            "clients": "its edge client's env variant",
-            "global_model": "a local optimizer's clip and RMSProp α",
-        },
-    ),
-    "hybrid.envs": (("envs",), {"run": "runtime: processes need picklable factories"}),
-    "hybrid.evaluation": (
-        ("evaluation",),
-        {"run": "env and seed", "normalization": "obs_clip of the evaluator's normalizer"},
-    ),
-    "hybrid.normalization": (("normalization",), {"a2c": "gamma of the returns it scales by"}),
-    "hybrid.runtimes": (
-        ("parallel", "serial"),
-        {"run": "runtime names the entry", "codecs": "Hogwild! only without a codec"},
-    ),
-    "hybrid.runtimes._parallel": (("parallel",), {"run": "seed of the fault draws"}),
-    "hybrid.runtimes.pool": (
-        (),
-        {"run": "workers: the persistent pool's size", "clients": "K: the edge pool's size"},
-    ),
-    "hybrid.runtimes.processes": (("parallel",), {"run": "workers and seed"}),
-    "hybrid.runtimes.ray": (
-        ("parallel", "ray"),
-        {"run": "seed"},
-    ),
-    "hybrid.runtimes.serial": (("serial",), {"run": "workers and seed", "clients": "K clients"}),
-    "hybrid.runtimes.virtual_cluster": (
-        ("serial",),
-        {"parallel": "lock_free", "codecs": "codec: it models the processes runtime's Hogwild!"},
-    ),
-    "hybrid.schedulers": (
-        ("bounded", "actor_learner"),
-        {"run": "workers, scheduler and scheduler_args build the scheduler"},
-    ),
-    "hybrid.schedulers.bounded": (("bounded",), {}),
-    "hybrid.schedulers.fedavg": (("fedavg",), {"run": "seed of the client sampling"}),
-    "hybrid.tracking": (
-        ("tracking",),
-        {"run": "names the run", "serial": "cluster: keeps a copy of the profile"},
-    ),
-    "multiagent": (
-        ("multiagent",),
-        {"run": "env and algo", "envs": "wrappers are refused on PettingZoo envs"},
-    ),
-    "multiagent.mappo": (
-        ("multiagent",),
-        {"a2c": "gamma, gae_lambda, normalize_advantages", "nets": "hidden, layers", "run": "seed"},
-    ),
-    "federated": (("federated",), {"clients": "it applies when there are clients"}),
-    "federated.evaluation": (("federated",), {"run": "env and seed"}),
+# module -> the owners whose fields it may read. No component reads the config today (each
+# receives its own settings from the assembly); the owner rule stays for one that would.
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    "hybrid.algorithms": ("a2c", "nstep_q", "nets"),
+    "hybrid.algorithms.ppo": ("ppo",),
+    "hybrid.atari": ("atari",),
+    "hybrid.clients": ("clients",),
+    "hybrid.core.global_model": ("global_model",),
+    "hybrid.envs": ("envs",),
+    "hybrid.evaluation": ("evaluation",),
+    "hybrid.normalization": ("normalization",),
+    "hybrid.runtimes": ("parallel", "serial"),
+    "hybrid.runtimes._parallel": ("parallel",),
+    "hybrid.runtimes.processes": ("parallel",),
+    "hybrid.runtimes.ray": ("parallel", "ray"),
+    "hybrid.runtimes.serial": ("serial",),
+    "hybrid.runtimes.virtual_cluster": ("serial",),
+    "hybrid.schedulers": ("bounded", "actor_learner"),
+    "hybrid.schedulers.bounded": ("bounded",),
+    "hybrid.schedulers.fedavg": ("fedavg",),
+    "hybrid.tracking": ("tracking",),
+    "multiagent.mappo": ("multiagent",),
+    "federated.evaluation": ("federated",),
 }
+
+TYPE_HOOKS = {
+    "hybrid",  # re-exports TrainConfig: the public API
+    "hybrid.plugins",  # the type of a plug-in's check and settings hooks (TYPE_CHECKING)
+}
+"""Modules outside the assembly that may name TrainConfig in an import, without reading it."""
 
 
 def config_reads(source: str, fields: set[str]) -> list[tuple[str, int]]:
@@ -143,8 +98,7 @@ def violations(modules: dict[str, str]) -> list[str]:
     for module, source in sorted(modules.items()):
         if module in ASSEMBLY:
             continue
-        owns, also = COMPONENTS.get(module, ((), {}))
-        allowed = set(owns) | set(also)
+        allowed = set(COMPONENTS.get(module, ()))
         for field, line in sorted(config_reads(source, set(owner)), key=lambda r: r[1]):
             if owner[field] not in allowed:
                 found.append(f"{module}:{line} reads {field} (owner {owner[field]})")
@@ -174,9 +128,9 @@ def test_no_module_reads_fields_it_does_not_own() -> None:
 def test_the_table_names_real_modules_and_owners() -> None:
     sources = library_sources()
     assert set(COMPONENTS) <= set(sources)
-    assert set(sources) >= ASSEMBLY
-    for owns, also in COMPONENTS.values():
-        assert set(owns) | set(also) <= set(FIELD_OWNERS)
+    assert set(sources) >= ASSEMBLY | TYPE_HOOKS
+    for owns in COMPONENTS.values():
+        assert set(owns) <= set(FIELD_OWNERS)
 
 
 def test_the_check_sees_a_foreign_read() -> None:
@@ -194,3 +148,45 @@ def test_the_check_sees_a_foreign_read() -> None:
         "hybrid.schedulers.bounded:5 reads codec (owner codecs)",
     ]
     assert violations({"hybrid.core.loop": source}) == []  # the assembly reads anything
+
+
+def train_config_imports(source: str) -> list[int]:
+    """Lines that import ``TrainConfig`` (also under ``TYPE_CHECKING``)."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+        and node.module == "hybrid.config"
+        and any(alias.name == "TrainConfig" for alias in node.names)
+    ]
+
+
+def importers(modules: dict[str, str]) -> list[str]:
+    allowed = ASSEMBLY | TYPE_HOOKS
+    return [
+        f"{module}:{line} imports TrainConfig"
+        for module, source in sorted(modules.items())
+        if module not in allowed
+        for line in train_config_imports(source)
+    ]
+
+
+def test_components_do_not_import_the_config() -> None:
+    found = importers(library_sources())
+    assert not found, "TrainConfig imported outside the assembly:\n" + "\n".join(found)
+
+
+def test_the_import_check_sees_a_component_taking_the_config() -> None:
+    source = textwrap.dedent(
+        """
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from hybrid.config import TrainConfig
+        def build(settings: "TrainConfig") -> int:
+            return settings.workers      # not named cfg: only the import gives it away
+        """
+    )
+    assert importers({"hybrid.schedulers.bounded": source}) == [
+        "hybrid.schedulers.bounded:4 imports TrainConfig"
+    ]
+    assert importers({"hybrid.assembly": source}) == []

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import hybrid
+from hybrid.assembly import algo_settings, scheduler_settings
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, resolve_device
 from hybrid.core.learner import to_device
@@ -130,7 +131,11 @@ def test_a_learner_moved_to_a_device_still_loads_and_reads_one_flat_buffer():
     from hybrid.envs import describe
 
     cfg = TrainConfig(env="CartPole-v1", scheduler="hybrid", algo="a2c")
-    learner = ALGORITHMS["a2c"].learner(cfg, describe("CartPole-v1")).to(torch.device("cpu"))
+    learner = (
+        ALGORITHMS["a2c"]
+        .learner(algo_settings(cfg), describe("CartPole-v1"))
+        .to(torch.device("cpu"))
+    )
     values = torch.arange(learner.flat.numel, dtype=torch.float32)
     learner.flat.load(values)
     seen = torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()])
@@ -149,7 +154,7 @@ def test_auto_keeps_theta_on_cpu_where_workers_write_it(monkeypatch):
 
     def device(**changes) -> str:
         cfg = TrainConfig(env="CartPole-v1", workers=2, **changes)
-        return learner_device(cfg, info, make_scheduler(cfg)).type
+        return learner_device(cfg, info, make_scheduler(scheduler_settings(cfg))).type
 
     assert device(scheduler="hybrid") == "cuda"
     assert device(scheduler="async", runtime="serial") == "cuda"

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import hybrid
+from hybrid.assembly import env_settings, worker_settings
 from hybrid.checkpoint import list_checkpoints
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel
@@ -155,8 +156,8 @@ def test_a_registered_factory_trains_and_each_env_is_its_own_instance(tmp_path):
 
 def test_wrappers_from_the_config_wrap_every_worker_env(tmp_path):
     cfg = _small(tmp_path, "CartPole-v1", wrappers="ClipReward(0.0, 0.25); TimeLimit(12)")
-    info = describe(cfg.env, cfg)
-    worker = Worker(0, cfg, info)
+    info = describe(cfg.env, env_settings(cfg))
+    worker = Worker(0, worker_settings(cfg), info)
     rollout = worker.runner.collect(worker.model, 40, worker.generator)
     assert float(rollout.rewards.max()) == 0.25
     assert max(rollout.episode_lengths) <= 12
@@ -196,12 +197,12 @@ def test_chan_merge_equals_the_statistics_of_all_the_data():
 
 def test_workers_normalize_with_the_snapshot_and_report_raw_statistics(tmp_path):
     cfg = _small(tmp_path, "Pendulum-v1", normalize_obs=True, env_defaults=False)
-    info = describe(cfg.env, cfg)
+    info = describe(cfg.env, env_settings(cfg))
     model = GlobalModel(torch.zeros(1), obs_norm_dim=info.obs_dim)
     model.obs_stats.rms.merge(10.0, np.array([5.0, 5.0, 5.0]), np.full(3, 10.0 * 4.0))
     snapshot = model.snapshot()
     assert set(snapshot.extras) == {"obs_mean", "obs_var"}
-    worker = Worker(0, cfg, info)
+    worker = Worker(0, worker_settings(cfg), info)
     worker_snapshot = Snapshot(worker.flat.flat.clone(), 0, extras=snapshot.extras)
     raw = worker.runner.obs.copy()
     update = worker.run_task(worker_snapshot)
@@ -360,16 +361,16 @@ def test_the_atari_pipeline_shapes_and_dtypes(tmp_path):
     pytest.importorskip("ale_py", reason="the Atari extra is not installed: hybrid-rl[atari]")
     pytest.importorskip("cv2", reason="the Atari extra is not installed: hybrid-rl[atari]")
     cfg = _small(tmp_path, "ALE/Pong-v5")
-    info = describe(cfg.env, cfg)
+    info = describe(cfg.env, env_settings(cfg))
     assert info.image and info.obs_shape == (4, 84, 84) and info.obs_dtype == "uint8"
     assert info.obs_dim == 4 * 84 * 84 and info.action_dim == 6
-    env = make_env(cfg.env, cfg, flatten=False)
+    env = make_env(cfg.env, env_settings(cfg), flatten=False)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     rewards = [env.step(env.action_space.sample())[1] for _ in range(200)]
     assert set(rewards) <= {-1.0, 0.0, 1.0}
     env.close()
-    envs = make_vector_env(cfg.env, 2, cfg, info)
+    envs = make_vector_env(cfg.env, 2, env_settings(cfg), info)
     worker_obs, _ = envs.reset(seed=0)
     assert worker_obs.shape == (2, 4 * 84 * 84) and worker_obs.dtype == np.uint8
     envs.close()
@@ -391,8 +392,8 @@ def test_pong_trains_for_a_few_tasks(tmp_path):
 def test_every_mujoco_env_owns_its_simulator(tmp_path):
     pytest.importorskip("mujoco", reason="the MuJoCo extra is not installed: hybrid-rl[mujoco]")
     cfg = _small(tmp_path, "HalfCheetah-v5", envs_per_worker=2)
-    info = describe(cfg.env, cfg)
-    workers = [Worker(w, cfg, info) for w in range(2)]
+    info = describe(cfg.env, env_settings(cfg))
+    workers = [Worker(w, worker_settings(cfg), info) for w in range(2)]
     sims = [sub.unwrapped.data for w in workers for sub in w.runner.envs.envs]
     assert len({id(s) for s in sims}) == 4
     models = [sub.unwrapped.model for w in workers for sub in w.runner.envs.envs]
@@ -423,8 +424,8 @@ def test_mujoco_smoke(tmp_path, env, runtime, scheduler):
 def test_highway_workers_draw_their_own_traffic(tmp_path):
     pytest.importorskip("highway_env", reason="the highway extra is not installed")
     cfg = _small(tmp_path, "highway-fast-v0")
-    info = describe(cfg.env, cfg)
-    first = [Worker(w, cfg, info) for w in range(2)]
+    info = describe(cfg.env, env_settings(cfg))
+    first = [Worker(w, worker_settings(cfg), info) for w in range(2)]
     assert not np.array_equal(first[0].runner.obs, first[1].runner.obs)
     roads = [sub.unwrapped.road for w in first for sub in w.runner.envs.envs]
     assert roads[0] is not roads[1]

@@ -21,7 +21,9 @@ import torch
 from conftest import crash_copy, make_update, metric_rows
 
 import hybrid
+from federated import fairness_settings
 from federated.evaluation import client_returns, fairness
+from hybrid.assembly import client_settings, runtime_settings, worker_pool, worker_settings
 from hybrid.cli import parse_train_args
 from hybrid.clients import (
     CARTPOLE_RANGES,
@@ -288,13 +290,13 @@ def test_the_command_line_reads_naturally():
 
 def test_profiles_are_seeded_and_iid_clients_are_identical():
     cfg = TrainConfig(scheduler="fedavg", clients=40, client_dynamics="pole_length")
-    a, b = make_profiles(cfg), make_profiles(cfg.replace(seed=0))
+    a, b = make_profiles(client_settings(cfg)), make_profiles(client_settings(cfg.replace(seed=0)))
     assert a == b
     lengths = [p.physics["length"] for p in a]
     lo, hi = CARTPOLE_RANGES["length"]
     assert all(lo <= x <= hi for x in lengths) and np.std(lengths) > 0.1
-    assert make_profiles(cfg.replace(seed=1)) != a
-    iid = make_profiles(cfg.replace(client_dynamics="iid"))
+    assert make_profiles(client_settings(cfg.replace(seed=1))) != a
+    iid = make_profiles(client_settings(cfg.replace(client_dynamics="iid")))
     assert {(p.dynamics, p.slowness, p.uplink_mbps, p.dropout) for p in iid} == {
         ((), 1.0, 10.0, 0.0)
     }
@@ -302,7 +304,7 @@ def test_profiles_are_seeded_and_iid_clients_are_identical():
 
 def test_straggler_profiles_have_the_exact_fraction():
     cfg = TrainConfig(clients=50, cluster="stragglers", straggler_fraction=0.2)
-    slow = [p for p in make_profiles(cfg) if p.slowness == cfg.straggler_slowdown]
+    slow = [p for p in make_profiles(client_settings(cfg)) if p.slowness == cfg.straggler_slowdown]
     assert len(slow) == 10
 
 
@@ -330,9 +332,9 @@ def test_env_variants_change_the_physics():
 
 def test_a_client_worker_runs_its_own_variant():
     cfg = TrainConfig(scheduler="fedavg", clients=5, client_dynamics="all")
-    worker = Worker(3, cfg, describe(cfg.env))
+    worker = Worker(3, worker_settings(cfg), describe(cfg.env))
     env = worker.runner.envs.envs[1].unwrapped
-    physics = make_profiles(cfg)[3].physics
+    physics = make_profiles(client_settings(cfg))[3].physics
     assert (env.length, env.masscart, env.gravity) == (
         physics["length"],
         physics["masscart"],
@@ -345,7 +347,7 @@ def test_a_client_worker_runs_its_own_variant():
 
 
 def _local_delta(cfg: TrainConfig, theta: torch.Tensor) -> torch.Tensor:
-    worker = Worker(0, cfg, describe(cfg.env))
+    worker = Worker(0, worker_settings(cfg), describe(cfg.env))
     update = worker.run_task(Snapshot(theta.clone(), 7, task=make_task(TrainLocally, cfg)))
     assert update.kind == "delta" and update.base_version == 7
     assert update.env_steps == cfg.local_steps * cfg.rollout_steps * cfg.envs_per_worker
@@ -448,7 +450,7 @@ def _one_round(tiny_config, tmp_path, name: str, **changes):
 def test_round_time_is_the_slowest_surviving_client_with_its_links(tiny_config, tmp_path):
     cfg, summary = _one_round(tiny_config, tmp_path, "round")
     numel = initial_params(cfg, describe(cfg.env)).numel()
-    cost = ClientCostModel(cfg)
+    cost = ClientCostModel(client_settings(cfg))
     times = [sum(cost.duration(k, 20, 4 * numel, 4 * numel, 2, 0)) for k in range(4)]
     assert len(set(times)) == 4  # heterogeneous devices and links
     assert summary["rounds"] == 1
@@ -570,9 +572,10 @@ def test_clients_differ_only_by_their_dynamics():
     cfg = TrainConfig(scheduler="fedavg", clients=6, client_eval_episodes=2)
     info = describe(cfg.env)
     theta = initial_params(cfg, info)
-    iid = client_returns(cfg, info, theta, list(range(6)))
+    iid = client_returns(fairness_settings(cfg), info, theta, list(range(6)))
     assert (iid == iid[0]).all()  # same episode seeds, same env: the same returns
-    varied = client_returns(cfg.replace(client_dynamics="pole_length"), info, theta, range(6))
+    varied_cfg = cfg.replace(client_dynamics="pole_length")
+    varied = client_returns(fairness_settings(varied_cfg), info, theta, range(6))
     assert len({tuple(r) for r in varied}) > 1
 
 
@@ -604,8 +607,9 @@ def test_on_demand_clients_hold_no_worker_between_tasks(monkeypatch):
 
     monkeypatch.setattr("hybrid.runtimes.pool.Worker", Tracked)
     cfg = TrainConfig(scheduler="fedavg", clients=200, local_steps=1, client_dynamics="gravity")
-    runtime = SerialRuntime(cfg, describe(cfg.env))
-    theta = initial_params(cfg, describe(cfg.env))
+    info = describe(cfg.env)
+    runtime = SerialRuntime(runtime_settings(cfg), info, worker_pool(cfg, info))
+    theta = initial_params(cfg, info)
     for client in range(0, 200, 10):
         runtime.dispatch(client, Snapshot(theta, 0, task=make_task(TrainLocally, cfg)))
     gc.collect()

@@ -9,6 +9,7 @@ import torch
 
 import hybrid
 from hybrid import TrainConfig
+from hybrid.assembly import worker_settings
 from hybrid.core.loop import initial_params
 from hybrid.core.worker import Worker, groups_gradients, run_group
 from hybrid.envs import describe
@@ -17,7 +18,7 @@ from hybrid.protocol import CollectExperience, Snapshot
 
 def _workers(cfg: TrainConfig) -> list[Worker]:
     info = describe(cfg.env)
-    return [Worker(w, cfg, info) for w in range(cfg.workers)]
+    return [Worker(w, worker_settings(cfg), info) for w in range(cfg.workers)]
 
 
 @pytest.mark.parametrize(

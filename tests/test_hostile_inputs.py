@@ -20,6 +20,7 @@ import pytest
 
 import hybrid
 from hybrid import envs
+from hybrid.assembly import env_settings, tracking_settings
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.envs import parse_wrappers
 
@@ -407,7 +408,7 @@ def test_json_files_never_hold_nan_or_infinity(tmp_path):
 
     write_json_atomic(tmp_path / "summary.json", {"a": float("inf"), "b": [1.0, float("nan")]})
     assert _strict((tmp_path / "summary.json").read_text()) == {"a": None, "b": [1.0, None]}
-    tracker = Tracker(TrainConfig(progress=False), tmp_path)
+    tracker = Tracker(tracking_settings(TrainConfig(progress=False)), tmp_path)
     tracker.log({"kind": "train", "x": float("-inf"), "hist": [float("nan"), 2.0]})
     tracker.close()
     (row,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
@@ -492,10 +493,10 @@ def test_registered_wrappers_travel_to_workers_with_the_env_info(tmp_path):
 
     envs.register_wrapper("halve_rewards_for_workers", _halve_rewards)
     cfg = TrainConfig(wrappers="halve_rewards_for_workers(0.5); TimeLimit(7)")
-    info = describe(cfg.env, cfg)
+    info = describe(cfg.env, env_settings(cfg))
     assert info.wrappers == (("halve_rewards_for_workers", _halve_rewards),)
     del _WRAPPERS["halve_rewards_for_workers"]  # as in a spawned worker process
-    vector = make_vector_env(cfg.env, 1, cfg, info)
+    vector = make_vector_env(cfg.env, 1, env_settings(cfg), info)
     vector.reset(seed=0)
     _, reward, *_ = vector.step(vector.action_space.sample())
     assert float(reward[0]) == 0.5

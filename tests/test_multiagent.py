@@ -24,6 +24,7 @@ from pettingzoo.test import parallel_api_test
 
 import hybrid
 from hybrid.algorithms.ppo import ValueNorm
+from hybrid.assembly import algo_settings, worker_settings
 from hybrid.checkpoint import from_plain, list_checkpoints, load, to_plain
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.worker import Worker
@@ -173,7 +174,7 @@ def test_adapter_lays_out_agents_and_counts_joint_steps(env_id):
     info = describe(env_id)
     spec = describe_spec(env_id)
     assert info.multiagent and info.obs_dim == max(spec.obs_dims)
-    worker = Worker(0, cfg, info)
+    worker = Worker(0, worker_settings(cfg), info)
     rollout = worker.runner.collect(worker.model, 30, worker.generator)
     N = spec.n_agents
     assert rollout.obs.shape == (30, 3, N, spec.obs_pad)
@@ -214,7 +215,7 @@ def test_agents_that_leave_and_join_are_masked_and_rewarded_in_their_own_slots()
 def test_termination_and_truncation_are_kept_apart_when_bootstrapping():
     """scout terminates (no bootstrap); carrier is truncated (bootstrapped from its last obs)."""
     cfg = TrainConfig(env="fakezoo/coming_and_going_v0", algo="ippo", envs_per_worker=1)
-    worker = Worker(0, cfg, describe(cfg.env))
+    worker = Worker(0, worker_settings(cfg), describe(cfg.env))
     rollout = worker.runner.collect(worker.model, ComingAndGoing.LIMIT, worker.generator)
     assert rollout.terminated[2, 0, 0] and not rollout.truncated[2, 0, 0]
     assert rollout.final_index.tolist() == [[5, 0, 1], [5, 0, 2]]  # late and carrier
@@ -268,7 +269,7 @@ def test_aec_envs_go_through_aec_to_parallel():
 @pytest.mark.parametrize("sharing", ["all", "none", "speaker_0;listener_0"])
 def test_agents_with_different_spaces_share_or_own_parameters(sharing):
     cfg = TrainConfig(env=SPEAKER, algo="mappo", param_sharing=sharing)
-    model = build_model(cfg)
+    model = build_model(algo_settings(cfg))
     spec = describe_spec(SPEAKER)
     obs = torch.randn(64, 2, spec.obs_pad)
     actions = model.act(obs, torch.Generator().manual_seed(0))
@@ -283,7 +284,7 @@ def test_agents_with_different_spaces_share_or_own_parameters(sharing):
 
 
 def test_per_agent_parameters_do_not_leak_between_agents():
-    model = build_model(TrainConfig(env=SPREAD, algo="ippo", param_sharing="none"))
+    model = build_model(algo_settings(TrainConfig(env=SPREAD, algo="ippo", param_sharing="none")))
     obs = torch.randn(8, 3, 18)
     loss = model.log_prob_entropy(obs, torch.zeros(8, 3, dtype=torch.long))[0][:, 1].sum()
     loss.backward()
@@ -401,7 +402,7 @@ def test_continuous_actions_train_within_their_bounds(tmp_path):
     result = hybrid.train(_tiny(tmp_path, env="fakezoo/spread_box_v0", scheduler="sync"))
     assert np.isfinite(result.summary["final_eval_return"])
     cfg = TrainConfig(env="fakezoo/spread_box_v0", algo="ippo", envs_per_worker=2)
-    worker = Worker(0, cfg, describe(cfg.env))
+    worker = Worker(0, worker_settings(cfg), describe(cfg.env))
     rollout = worker.runner.collect(worker.model, 10, worker.generator)
     assert rollout.actions.shape == (10, 2, 3, spec.action_pad)
     worker.close()
@@ -410,7 +411,7 @@ def test_continuous_actions_train_within_their_bounds(tmp_path):
 def test_ppo_payload_is_a_delta_and_a2c_a_gradient():
     for algo, kind in (("mappo", "delta"), ("a2c", "gradient")):
         cfg = TrainConfig(env=SPREAD, algo=algo, envs_per_worker=1, rollout_steps=5, ppo_epochs=2)
-        worker = Worker(0, cfg, describe(SPREAD))
+        worker = Worker(0, worker_settings(cfg), describe(SPREAD))
         update = worker.run_task(Snapshot(worker.flat.flat.clone(), 0))
         assert update.kind == kind and update.env_steps == 5
         worker.close()
@@ -452,10 +453,10 @@ def _continue_both(cfg: TrainConfig, steps_before: int = 37, steps_after: int = 
     """A worker that has collected ``steps_before`` steps, and a fresh one loaded with its
     state (through a checkpoint's plain data); both collect ``steps_after`` more."""
     info = describe(cfg.env)
-    original = Worker(0, cfg, info)
+    original = Worker(0, worker_settings(cfg), info)
     original.runner.collect(original.model, steps_before, original.generator)
     state = from_plain(to_plain(original.state_dict()))
-    resumed = Worker(0, cfg, info)
+    resumed = Worker(0, worker_settings(cfg), info)
     resumed.flat.load(original.flat.flat.clone())
     resumed.load_state_dict(state)
     rollouts = [w.runner.collect(w.model, steps_after, w.generator) for w in (original, resumed)]
@@ -496,7 +497,7 @@ def test_multiagent_obs_normalization_uses_per_agent_rows_and_counts_present_age
     cfg = cfg.replace(normalize_obs=True, obs_clip=100.0)
     info = describe(cfg.env)
     assert info.obs_stats_shape == (3, 6)
-    worker = Worker(0, cfg, info)
+    worker = Worker(0, worker_settings(cfg), info)
     mean = np.arange(18, dtype=np.float32).reshape(3, 6) / 10
     worker.load_extras({"obs_mean": torch.from_numpy(mean), "obs_var": torch.full((3, 6), 4.0)})
     worker.runner.collect(worker.model, 1, worker.generator)  # the first collect resets

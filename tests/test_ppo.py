@@ -8,6 +8,7 @@ import torch
 import hybrid
 from hybrid.algorithms import ppo as ppo_module
 from hybrid.algorithms.ppo import PPOBatch, ValueNorm, minibatches, ppo_loss
+from hybrid.assembly import worker_settings
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.loop import initial_params
 from hybrid.core.worker import Worker
@@ -102,7 +103,7 @@ def test_sync_with_sgd_lr_1_applies_the_workers_local_ppo_result_exactly(tmp_pat
     assert result.summary["updates"] == 1
     info = describe(cfg.env)
     start = initial_params(cfg, info)
-    worker = Worker(0, cfg, info)  # the same seeds as the run's worker 0
+    worker = Worker(0, worker_settings(cfg), info)  # the same seeds as the run's worker 0
     update = worker.run_task(Snapshot(start.clone(), 0))
     assert update.kind == "delta"
     torch.testing.assert_close(result.params, start - update.payload, rtol=0, atol=1e-6)
@@ -168,7 +169,7 @@ def _advantages_seen_by_the_loss(monkeypatch, cfg: TrainConfig) -> tuple[list, t
 
     monkeypatch.setattr(ppo_module, "ppo_loss", spy)
     info = describe(cfg.env)
-    worker = Worker(0, cfg, info)
+    worker = Worker(0, worker_settings(cfg), info)
     update = worker.run_task(Snapshot(initial_params(cfg, info), 0))
     worker.close()
     return seen, update.payload

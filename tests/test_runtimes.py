@@ -28,10 +28,11 @@ import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 import hybrid
+from hybrid.assembly import env_settings, runtime_settings, worker_pool
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step, params_sha256
 from hybrid.core.loop import initial_params
-from hybrid.envs import describe
+from hybrid.envs import describe, register_env
 from hybrid.runtimes import _parallel
 from hybrid.runtimes.processes import ProcessRuntime
 
@@ -177,12 +178,14 @@ class CrashyCartPole(CartPoleEnv):
         return super().step(action)
 
 
-if CRASH_ENV not in gym.registry:
-    gym.register(CRASH_ENV, entry_point=CrashyCartPole, max_episode_steps=500)
+def make_crashy() -> gym.Env:
+    """The crashy env. Registered with hybrid.envs.register_env, it travels to a worker
+    process pickled by reference: unpickling it there imports this module (workers receive
+    their settings, not the config, so the env must come with the env description)."""
+    return gym.wrappers.TimeLimit(CrashyCartPole(), max_episode_steps=500)
 
 
-class CrashyConfig(TrainConfig):
-    """Unpickling this in a worker imports this module, which registers the crashy env there."""
+register_env(CRASH_ENV, make_crashy)
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -272,7 +275,7 @@ def test_hogwild_workers_take_the_steps_the_main_process_would(fixed_budget, tmp
         # Torn reads are counted where one writer makes them detectable, not under Hogwild!
         assert ("sched/torn_reads" in result.metrics("train")[-1]) is not lock_free
     assert hashes[True] == hashes[False]
-    assert hashes[True] != params_sha256(initial_params(cfg, describe(cfg.env, cfg)))
+    assert hashes[True] != params_sha256(initial_params(cfg, describe(cfg.env, env_settings(cfg))))
 
 
 def test_hogwild_workers_stop_writing_when_the_loop_ends(fixed_budget, no_leaks):
@@ -349,7 +352,7 @@ def test_processes_worker_that_raises_is_restarted(fixed_budget, tmp_path, monke
     monkeypatch.setenv("HYBRID_TEST_MAIN_PID", str(os.getpid()))
     monkeypatch.setenv("HYBRID_TEST_CRASH", f"once:{marker}")
     cfg = fixed_budget(runtime="processes", scheduler="sync", workers=2, env=CRASH_ENV)
-    result = hybrid.train(CrashyConfig(**cfg.to_dict()))
+    result = hybrid.train(cfg)
     assert not marker.exists()  # the failure did happen
     assert result.metrics("train")[-1]["sched/worker_restarts"] == 1
     assert torch.isfinite(result.params).all()
@@ -362,7 +365,7 @@ def test_processes_worker_that_always_raises_stops_the_run(
     monkeypatch.setenv("HYBRID_TEST_CRASH", "always:")
     cfg = fixed_budget(runtime="processes", workers=2, env=CRASH_ENV)
     with pytest.raises(RuntimeError, match="injected env failure"):
-        hybrid.train(CrashyConfig(**cfg.to_dict()))
+        hybrid.train(cfg)
 
 
 def test_processes_keyboard_interrupt_ends_every_worker(fixed_budget, monkeypatch, no_leaks):
@@ -480,7 +483,7 @@ def ray_session():
     ray = _ray()
     from hybrid.runtimes.ray import connect
 
-    owned = connect(TrainConfig(workers=2))
+    owned = connect("", workers=2)
     yield ray
     if owned:
         owned.close()
@@ -559,7 +562,9 @@ def test_ray_task_connection_runs_tasks_and_reports_a_raising_task(ray_session):
 
     cfg = TrainConfig(env="CartPole-v1", workers=1)
     info = describe(cfg.env)
-    actor = ActorWorker(0, 0, cfg, info)  # in this process: the actor's side of the protocol
+    actor = ActorWorker(
+        0, 0, runtime_settings(cfg), info, worker_pool(cfg, info)
+    )  # in this process: the actor's side of the protocol
     key = os.urandom(32)
     address, pid = actor.listen(key)
     assert address[0] == "127.0.0.1" and pid == os.getpid()  # Ray is local: loopback only
@@ -594,7 +599,7 @@ def test_ray_actor_outlasts_a_wrong_key_and_a_silent_peer(monkeypatch):
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")  # no Ray needed
     cfg = TrainConfig(env="CartPole-v1", workers=1)
     info = describe(cfg.env)
-    actor = ray_runtime.ActorWorker(0, 0, cfg, info)
+    actor = ray_runtime.ActorWorker(0, 0, runtime_settings(cfg), info, worker_pool(cfg, info))
     key = os.urandom(32)
     address, _ = actor.listen(key)
     thread, raised = _serve_in_background(actor)

@@ -21,10 +21,10 @@ from conftest import make_update
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 import hybrid
+from hybrid.assembly import env_settings, global_model, runtime_settings, worker_pool
 from hybrid.config import TrainConfig
-from hybrid.core.global_model import build_global_model
 from hybrid.core.loop import initial_params, staleness
-from hybrid.envs import describe
+from hybrid.envs import describe, register_env
 from hybrid.protocol import ComputeGradient
 from hybrid.runtimes.processes import _worker_main
 
@@ -97,12 +97,14 @@ class GatedCartPole(CartPoleEnv):
         return super().step(action)
 
 
-if GATE_ENV not in gym.registry:
-    gym.register(GATE_ENV, entry_point=GatedCartPole, max_episode_steps=500)
+def make_gated() -> gym.Env:
+    """The gated env. Registered with hybrid.envs.register_env, it travels to a worker
+    process pickled by reference, inside the env description: unpickling it there imports
+    this module (workers receive their settings, not the config)."""
+    return gym.wrappers.TimeLimit(GatedCartPole(), max_episode_steps=500)
 
 
-class GatedConfig(TrainConfig):
-    """Unpickling this in a worker imports this module, which registers the gated env there."""
+register_env(GATE_ENV, make_gated)
 
 
 def _wait_for(path: Path, deadline_s: float = 120.0) -> None:
@@ -122,9 +124,9 @@ def test_hogwild_workers_measure_tau_on_the_shared_apply_counter(tmp_path, monke
       applies (τ 1: B's second).
     """
     monkeypatch.setenv("HYBRID_TEST_GATE_DIR", str(tmp_path))
-    cfg = GatedConfig(env=GATE_ENV, workers=2, envs_per_worker=1, rollout_steps=5, progress=False)
-    info = describe(cfg.env, cfg)
-    model = build_global_model(cfg, initial_params(cfg, info))
+    cfg = TrainConfig(env=GATE_ENV, workers=2, envs_per_worker=1, rollout_steps=5, progress=False)
+    info = describe(cfg.env, env_settings(cfg))
+    model = global_model(cfg, initial_params(cfg, info))
     shared = model.share_memory()
     theta = shared["param"]
     meta = torch.zeros(3, dtype=torch.int64).share_memory_()
@@ -137,7 +139,20 @@ def test_hogwild_workers_measure_tau_on_the_shared_apply_counter(tmp_path, monke
             ours, theirs = ctx.Pipe(duplex=True)
             process = ctx.Process(
                 target=_worker_main,
-                args=(worker_id, 0, cfg, info, theirs, theta, meta, grads, applied, False, shared),
+                args=(
+                    worker_id,
+                    0,
+                    runtime_settings(cfg),
+                    info,
+                    theirs,
+                    theta,
+                    meta,
+                    grads,
+                    applied,
+                    False,
+                    shared,
+                    worker_pool(cfg, info),
+                ),
                 daemon=True,
             )
             process.start()

@@ -2,14 +2,16 @@
 
 An ``Algorithm`` says how a worker acts and learns: the model it builds, the loss
 whose gradient it pushes (``sync`` / ``async`` / ``bounded``), what it sends as an
-actor and how the learner learns from that (the ``hybrid`` scheduler).
+actor and how the learner learns from that (the ``hybrid`` scheduler). Its builders take
+``AlgoSettings`` (the algorithm's hyperparameters, built by the assembly from the flat
+config), never the ``TrainConfig``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,7 +26,7 @@ from hybrid.nets import ActorCritic, QNetwork
 from hybrid.plugins import resolve
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.algorithms.ppo import PPOSettings
     from hybrid.core.learner import Learner
     from hybrid.envs import EnvInfo
 
@@ -32,19 +34,83 @@ LossFn = Callable[[Any, Rollout], tuple[torch.Tensor, dict[str, float]]]
 
 
 @dataclass(frozen=True)
+class NetSettings:
+    """The actor-critic / Q-network's shape (``--hidden``, ``--layers``, the Gaussian head)."""
+
+    hidden: int = 64
+    layers: int = 2
+    log_std_init: float = 0.0
+    state_dependent_std: bool = False
+
+
+@dataclass(frozen=True)
+class A2CSettings:
+    """The returns and the actor-critic loss (a2c; PPO's and MAPPO's returns as well)."""
+
+    gamma: float = 0.99
+    gae_lambda: float = 1.0
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    normalize_advantages: bool = False
+    correction: str = "vtrace"
+    rho_bar: float = 1.0
+    c_bar: float = 1.0
+
+
+@dataclass(frozen=True)
+class NStepQSettings:
+    """n-step Q-learning: the actors' exploration and transitions, Ape-X's replay learner."""
+
+    replay: str = "prioritized"
+    replay_capacity: int = 100_000
+    replay_batch: int = 64
+    replay_alpha: float = 0.6
+    replay_beta0: float = 0.4
+    learner_updates: int = 8
+    learning_starts: int = 500
+    q_nstep: int = 3
+    epsilon: float = 0.4
+    epsilon_alpha: float = 7.0
+
+
+@dataclass(frozen=True)
+class AlgoSettings:
+    """Everything an ``Algorithm`` builds its model, loss and learner from: picklable, so a
+    worker process or a Ray actor receives it instead of the run's config."""
+
+    algo: str
+    env: str
+    """The env id: a plug-in's family (PettingZoo) swaps in its multi-agent form."""
+    seed: int
+    """The run's seed: the learner's minibatch order and sampling derive from it."""
+    workers: int
+    """The number of actors, over which Ape-X spreads its ε."""
+    nets: NetSettings = field(default_factory=NetSettings)
+    a2c: A2CSettings = field(default_factory=A2CSettings)
+    nstep_q: NStepQSettings = field(default_factory=NStepQSettings)
+    ppo: PPOSettings | None = None
+    """PPO's (single-agent) settings; None when the algorithm is not ppo."""
+    family: Any = None
+    """The env family's own settings (a plug-in's ``EnvFamily.settings``), or None."""
+
+
+@dataclass(frozen=True)
 class Algorithm:
-    model: Callable[[TrainConfig, EnvInfo, int], nn.Module]
+    model: Callable[[AlgoSettings, EnvInfo, int], nn.Module]
     """Build the model of worker ``i`` (``i = -1``: the server's / evaluator's copy)."""
-    loss: Callable[[TrainConfig], LossFn]
+    loss: Callable[[AlgoSettings], LossFn]
     """The loss whose gradient a worker pushes."""
-    actor_payload: Callable[[TrainConfig], Callable[[Any, Rollout], Any]]
+    actor_payload: Callable[[AlgoSettings], Callable[[Any, Rollout], Any]]
     """What an actor sends the learner under the ``hybrid`` scheduler."""
-    learner: Callable[[TrainConfig, EnvInfo], Learner]
+    learner: Callable[[AlgoSettings, EnvInfo], Learner]
     """The learner of the ``hybrid`` scheduler."""
     records_behaviour_logp: bool = False
-    local_update: Callable[[TrainConfig], LocalUpdate | None] | None = None
+    local_update: Callable[[AlgoSettings], LocalUpdate | None] | None = None
     """Under gradient-pushing schedulers, optimize on the worker and send Δ = θ_snapshot −
     θ_local instead of one gradient (PPO's epochs; see hybrid/algorithms/ppo.py)."""
+    target_network: bool = False
+    """The server keeps a target copy of θ for this algorithm's bootstrap (n-step Q); the
+    assembly then gives the global model its refresh period (``target_every``)."""
 
 
 LocalUpdate = Callable[[Any, Any, Any, torch.Generator], tuple[torch.Tensor, dict[str, float]]]
@@ -54,138 +120,142 @@ LocalUpdate = Callable[[Any, Any, Any, torch.Generator], tuple[torch.Tensor, dic
 # --- a2c (A3C under async; IMPALA's learner under hybrid) -------------------------------------
 
 
-def _actor_critic(cfg: TrainConfig, info: EnvInfo, worker_id: int) -> nn.Module:
+def _actor_critic(settings: AlgoSettings, info: EnvInfo, worker_id: int) -> nn.Module:
+    nets = settings.nets
     return ActorCritic(
         info.obs_dim,
         info.action_dim,
         info.continuous,
-        cfg.hidden,
-        cfg.layers,
+        nets.hidden,
+        nets.layers,
         obs_shape=info.obs_shape,  # images: the Nature CNN (issue 11)
-        log_std_init=cfg.log_std_init,
-        state_dependent_std=cfg.state_dependent_std,
+        log_std_init=nets.log_std_init,
+        state_dependent_std=nets.state_dependent_std,
     )
 
 
-def _a2c_loss(cfg: TrainConfig) -> LossFn:
+def _a2c_loss(settings: AlgoSettings) -> LossFn:
+    a2c = settings.a2c
     return functools.partial(
         a2c_loss,
-        gamma=cfg.gamma,
-        gae_lambda=cfg.gae_lambda,
-        ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef,
-        normalize_advantages=cfg.normalize_advantages,
+        gamma=a2c.gamma,
+        gae_lambda=a2c.gae_lambda,
+        ent_coef=a2c.ent_coef,
+        vf_coef=a2c.vf_coef,
+        normalize_advantages=a2c.normalize_advantages,
     )
 
 
-def _trajectory(cfg: TrainConfig) -> Callable[[Any, Rollout], Any]:
+def _trajectory(settings: AlgoSettings) -> Callable[[Any, Rollout], Any]:
     return lambda model, rollout: rollout
 
 
-def _vtrace_learner(cfg: TrainConfig, info: EnvInfo) -> Learner:
+def _vtrace_learner(settings: AlgoSettings, info: EnvInfo) -> Learner:
     from hybrid.core.learner import TrajectoryLearner
 
+    a2c = settings.a2c
     loss = functools.partial(
         a2c_vtrace_loss,
-        gamma=cfg.gamma,
-        ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef,
-        correction=cfg.correction,
-        rho_bar=cfg.rho_bar,
-        c_bar=cfg.c_bar,
+        gamma=a2c.gamma,
+        ent_coef=a2c.ent_coef,
+        vf_coef=a2c.vf_coef,
+        correction=a2c.correction,
+        rho_bar=a2c.rho_bar,
+        c_bar=a2c.c_bar,
     )
-    return TrajectoryLearner(_actor_critic(cfg, info, -1), loss)
+    return TrajectoryLearner(_actor_critic(settings, info, -1), loss)
 
 
 # --- nstep_q (A3C paper's async n-step Q; Ape-X under hybrid) ---------------------------------
 
 
-def _q_network(cfg: TrainConfig, info: EnvInfo, worker_id: int) -> nn.Module:
+def _q_network(settings: AlgoSettings, info: EnvInfo, worker_id: int) -> nn.Module:
     if info.continuous:
         raise ConfigError(
             f"algo: nstep_q needs a Discrete action space; {info.env_id} is continuous"
         )
-    model = QNetwork(info.obs_dim, info.action_dim, cfg.hidden, cfg.layers)
+    q, nets = settings.nstep_q, settings.nets
+    model = QNetwork(info.obs_dim, info.action_dim, nets.hidden, nets.layers)
     if worker_id >= 0:
-        model.epsilon = apex_epsilon(worker_id, cfg.workers, cfg.epsilon, cfg.epsilon_alpha)
+        model.epsilon = apex_epsilon(worker_id, settings.workers, q.epsilon, q.epsilon_alpha)
     return model
 
 
-def _nstep_q_loss(cfg: TrainConfig) -> LossFn:
-    return functools.partial(nstep_q_loss, gamma=cfg.gamma)
+def _nstep_q_loss(settings: AlgoSettings) -> LossFn:
+    return functools.partial(nstep_q_loss, gamma=settings.a2c.gamma)
 
 
-def _transitions(cfg: TrainConfig) -> Callable[[Any, Rollout], Any]:
-    return functools.partial(nstep_transitions, gamma=cfg.gamma, n=cfg.q_nstep)
+def _transitions(settings: AlgoSettings) -> Callable[[Any, Rollout], Any]:
+    n = settings.nstep_q.q_nstep
+    return functools.partial(nstep_transitions, gamma=settings.a2c.gamma, n=n)
 
 
-def _replay_learner(cfg: TrainConfig, info: EnvInfo) -> Learner:
+def _replay_learner(settings: AlgoSettings, info: EnvInfo) -> Learner:
     from hybrid.core.learner import ReplayLearner
     from hybrid.replay import PrioritizedReplay, UniformReplay
     from hybrid.seeding import LEARNER, stream
 
-    kind = PrioritizedReplay if cfg.replay == "prioritized" else UniformReplay
-    replay = kind(
-        cfg.replay_capacity, (info.obs_dim,), alpha=cfg.replay_alpha, beta0=cfg.replay_beta0
-    )
+    q = settings.nstep_q
+    kind = PrioritizedReplay if q.replay == "prioritized" else UniformReplay
+    replay = kind(q.replay_capacity, (info.obs_dim,), alpha=q.replay_alpha, beta0=q.replay_beta0)
     return ReplayLearner(
-        _q_network(cfg, info, -1),
+        _q_network(settings, info, -1),
         replay,
         q_replay_loss,
-        batch_size=cfg.replay_batch,
-        updates_per_batch=cfg.learner_updates,
-        learning_starts=cfg.learning_starts,
-        beta0=cfg.replay_beta0,
-        seed=stream(cfg.seed, LEARNER),
+        batch_size=q.replay_batch,
+        updates_per_batch=q.learner_updates,
+        learning_starts=q.learning_starts,
+        beta0=q.replay_beta0,
+        seed=stream(settings.seed, LEARNER),
     )
 
 
 # --- ppo (single-agent); mappo / ippo and every algorithm's multi-agent form ------------------
 
 
-def _ppo_loss(cfg: TrainConfig) -> LossFn:
+def _ppo_loss(settings: AlgoSettings) -> LossFn:
     from hybrid.algorithms.ppo import ppo_loss_fn
 
-    return ppo_loss_fn(cfg)
+    return ppo_loss_fn(settings)
 
 
-def _ppo_local_update(cfg: TrainConfig) -> LocalUpdate:
+def _ppo_local_update(settings: AlgoSettings) -> LocalUpdate:
     from hybrid.algorithms.ppo import ppo_local_update
 
-    return ppo_local_update(cfg)
+    return ppo_local_update(settings)
 
 
-def _ppo_learner(cfg: TrainConfig, info: EnvInfo) -> Learner:
+def _ppo_learner(settings: AlgoSettings, info: EnvInfo) -> Learner:
     from hybrid.algorithms.ppo import ppo_learner
 
-    return ppo_learner(cfg, _actor_critic(cfg, info, -1))
+    return ppo_learner(settings, _actor_critic(settings, info, -1))
 
 
 def _multiagent_form(single: Algorithm | None) -> Algorithm:
     """``single`` on Gymnasium envs; on a PettingZoo env the multi-agent form of the same
-    algorithm (multiagent/mappo.py). Chosen per call from ``cfg.env``, so the loop, the
-    schedulers and the runtimes look up ``ALGORITHMS[cfg.algo]`` as for any algorithm."""
+    algorithm (multiagent/mappo.py). Chosen per call from ``settings.env``, so the loop, the
+    schedulers and the runtimes look up ``ALGORITHMS[algo]`` as for any algorithm."""
 
-    def pick(cfg: TrainConfig) -> Algorithm:
-        family = env_family(cfg.env)
+    def pick(settings: AlgoSettings) -> Algorithm:
+        family = env_family(settings.env)
         if family is not None:
             return resolve(family.algorithm)  # type: ignore[no-any-return]
         if single is None:
             raise ConfigError(
-                f"algo: {cfg.algo} needs a multi-agent PettingZoo env (e.g. "
+                f"algo: {settings.algo} needs a multi-agent PettingZoo env (e.g. "
                 "mpe2/simple_spread_v3); use ppo on Gymnasium envs"
             )
         return single
 
-    def local_update(cfg: TrainConfig) -> LocalUpdate | None:
-        build = pick(cfg).local_update
-        return build(cfg) if build is not None else None
+    def local_update(settings: AlgoSettings) -> LocalUpdate | None:
+        build = pick(settings).local_update
+        return build(settings) if build is not None else None
 
     return Algorithm(
-        model=lambda cfg, info, worker_id: pick(cfg).model(cfg, info, worker_id),
-        loss=lambda cfg: pick(cfg).loss(cfg),
-        actor_payload=lambda cfg: pick(cfg).actor_payload(cfg),
-        learner=lambda cfg, info: pick(cfg).learner(cfg, info),
+        model=lambda s, info, worker_id: pick(s).model(s, info, worker_id),
+        loss=lambda s: pick(s).loss(s),
+        actor_payload=lambda s: pick(s).actor_payload(s),
+        learner=lambda s, info: pick(s).learner(s, info),
         records_behaviour_logp=True,
         local_update=local_update,
     )
@@ -195,7 +265,9 @@ ALGORITHMS: dict[str, Algorithm] = {
     "a2c": _multiagent_form(
         Algorithm(_actor_critic, _a2c_loss, _trajectory, _vtrace_learner, True)
     ),
-    "nstep_q": Algorithm(_q_network, _nstep_q_loss, _transitions, _replay_learner),
+    "nstep_q": Algorithm(
+        _q_network, _nstep_q_loss, _transitions, _replay_learner, target_network=True
+    ),
     "ppo": _multiagent_form(
         Algorithm(_actor_critic, _ppo_loss, _trajectory, _ppo_learner, True, _ppo_local_update)
     ),

@@ -64,7 +64,7 @@ from hybrid.nets import FlatParams
 from hybrid.protocol import Step
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.algorithms import AlgoSettings
 
 
 class ValueNorm:
@@ -302,22 +302,6 @@ class PPOSettings:
         """Whether ``prepare`` normalizes the advantages of the whole batch."""
         return self.advantage_norm == "batch"
 
-    @classmethod
-    def from_config(cls, cfg: TrainConfig, multiagent: bool = False) -> PPOSettings:
-        return cls(
-            epochs=cfg.ppo_epochs,
-            minibatches=cfg.ppo_minibatches,
-            clip_coef=cfg.clip_coef,
-            clip_vloss=cfg.clip_vloss,
-            ent_coef=cfg.ent_coef,
-            vf_coef=cfg.vf_coef,
-            max_grad_norm=cfg.max_grad_norm,
-            lr=cfg.ppo_lr,
-            adam_eps=cfg.adam_eps,
-            value_norm=cfg.value_norm,
-            advantage_norm=resolve_advantage_norm(cfg.ppo_advantage_norm, multiagent),
-        )
-
     def loss(
         self, model: Any, batch: PPOBatch, old_from_current: bool = False
     ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -529,7 +513,9 @@ class PPOLearner(Learner):
 # --- registry helpers (single-agent) ------------------------------------------------------------
 
 
-def single_agent_prepare(cfg: TrainConfig) -> Prepare:
+def single_agent_prepare(settings: AlgoSettings) -> Prepare:
+    gamma, gae_lambda = settings.a2c.gamma, settings.a2c.gae_lambda
+
     def prepare(
         model: Any,
         rollout: Rollout,
@@ -538,26 +524,32 @@ def single_agent_prepare(cfg: TrainConfig) -> Prepare:
         with_old_logp: bool,
     ) -> PPOBatch:
         return prepare_rollout(
-            model, rollout, cfg.gamma, cfg.gae_lambda, value_norm, normalize_adv, with_old_logp
+            model, rollout, gamma, gae_lambda, value_norm, normalize_adv, with_old_logp
         )
 
     return prepare
 
 
-def ppo_loss_fn(cfg: TrainConfig) -> PPOLoss:
-    return PPOLoss(PPOSettings.from_config(cfg), single_agent_prepare(cfg))
+def _ppo(settings: AlgoSettings) -> PPOSettings:
+    if settings.ppo is None:
+        raise ValueError("AlgoSettings.ppo is unset: the assembly fills it for algo ppo")
+    return settings.ppo
 
 
-def ppo_local_update(cfg: TrainConfig) -> LocalPPO:
-    return LocalPPO(PPOSettings.from_config(cfg), single_agent_prepare(cfg))
+def ppo_loss_fn(settings: AlgoSettings) -> PPOLoss:
+    return PPOLoss(_ppo(settings), single_agent_prepare(settings))
 
 
-def ppo_learner(cfg: TrainConfig, model: nn.Module) -> PPOLearner:
+def ppo_local_update(settings: AlgoSettings) -> LocalPPO:
+    return LocalPPO(_ppo(settings), single_agent_prepare(settings))
+
+
+def ppo_learner(settings: AlgoSettings, model: nn.Module) -> PPOLearner:
     from hybrid.seeding import LEARNER, int_seed, stream
 
     return PPOLearner(
         model,
-        PPOSettings.from_config(cfg),
-        single_agent_prepare(cfg),
-        seed=int_seed(stream(cfg.seed, LEARNER)),
+        _ppo(settings),
+        single_agent_prepare(settings),
+        seed=int_seed(stream(settings.seed, LEARNER)),
     )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -12,8 +13,26 @@ from hybrid.fedopt import FEDOPT_RULES, FedOpt, initial_fedopt_state
 from hybrid.normalization import GlobalObsStats
 from hybrid.protocol import ComputeGradient, Snapshot, Step, Task, Update
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The global model's optimizer, schedule and clip (the assembly fills it from the config).
+
+    ``target_every`` is not a server choice: the assembly sets it when the algorithm
+    bootstraps from a target network (n-step Q), else 0. ``normalize_obs``: keep the global
+    observation statistics."""
+
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    lr_schedule: str = "constant"
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+    rmsprop_alpha: float = 0.99
+    server_momentum: float = 0.0
+    server_beta1: float = 0.9
+    server_beta2: float = 0.99
+    normalize_obs: bool = False
+    target_every: int = 0
 
 
 class GlobalModel:
@@ -215,27 +234,27 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_global_model(
-    cfg: TrainConfig,
+    settings: ServerSettings,
     params: torch.Tensor,
     obs_shape: int | tuple[int, ...] = 0,
     device: str | torch.device = "cpu",
 ) -> GlobalModel:
-    """The global model ``cfg`` asks for, starting from ``params``; ``obs_shape`` is that of
-    the observation statistics (``EnvInfo.obs_stats_shape``), kept with ``--normalize-obs``.
+    """The global model ``settings`` describe, starting from ``params``; ``obs_shape`` is that
+    of the observation statistics (``EnvInfo.obs_stats_shape``), kept with ``normalize_obs``.
     ``device``: the run's (``learner_device`` in the loop); worker processes keep cpu."""
     return GlobalModel(
         params,
-        optimizer=cfg.optimizer,
-        lr=cfg.lr,
-        max_grad_norm=cfg.max_grad_norm,
-        lr_schedule=cfg.lr_schedule,
-        adam_eps=cfg.adam_eps,
-        rmsprop_alpha=cfg.rmsprop_alpha,
-        target_every=cfg.target_every if cfg.algo == "nstep_q" else 0,
-        momentum=cfg.server_momentum,
-        obs_norm_dim=obs_shape if cfg.normalize_obs else 0,
-        server_beta1=cfg.server_beta1,
-        server_beta2=cfg.server_beta2,
+        optimizer=settings.optimizer,
+        lr=settings.lr,
+        max_grad_norm=settings.max_grad_norm,
+        lr_schedule=settings.lr_schedule,
+        adam_eps=settings.adam_eps,
+        rmsprop_alpha=settings.rmsprop_alpha,
+        target_every=settings.target_every,
+        momentum=settings.server_momentum,
+        obs_norm_dim=obs_shape if settings.normalize_obs else 0,
+        server_beta1=settings.server_beta1,
+        server_beta2=settings.server_beta2,
         device=device,
     )
 

@@ -1,5 +1,8 @@
 """The one loop, and ``train``: build the components, run the loop, write the run directory.
 
+``train`` is where the flat ``TrainConfig`` ends: it checks it, then builds each component
+from its own settings, made by ``hybrid/assembly.py``.
+
 Every scheduler, runtime and algorithm runs through ``Training.run``; nothing
 else owns control flow.
 """
@@ -29,6 +32,16 @@ import torch
 
 from hybrid import checkpoint
 from hybrid.algorithms import ALGORITHMS
+from hybrid.assembly import (
+    algo_settings,
+    env_settings,
+    eval_settings,
+    runtime_settings,
+    scheduler_settings,
+    server_settings,
+    tracking_settings,
+    worker_pool,
+)
 from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to_state
 from hybrid.codecs import PayloadError, make_codec
 from hybrid.config import ConfigError, TrainConfig
@@ -721,7 +734,7 @@ def learner_device(cfg: TrainConfig, info: EnvInfo, scheduler: Any) -> torch.dev
 
 def make_learner(cfg: TrainConfig, info: EnvInfo, task_kind: type[Task]) -> Learner:
     if task_kind is CollectExperience:
-        return ALGORITHMS[cfg.algo].learner(cfg, info)
+        return ALGORITHMS[cfg.algo].learner(algo_settings(cfg), info)
     return Learner()
 
 
@@ -742,7 +755,7 @@ def check_config(cfg: TrainConfig) -> EnvInfo:
     """Everything ``train`` checks before it writes or starts anything: the fields, the env
     (and its wrappers), the head, and whether the run fits in this machine's memory."""
     cfg.validate()
-    info = describe(cfg.env, cfg)
+    info = describe(cfg.env, env_settings(cfg))
     check_head(cfg, info)
     check_resources(cfg, info)
     return info
@@ -885,7 +898,7 @@ def lock_run_dir(run_dir: Path, field: str) -> Iterator[None]:
 def initial_params(cfg: TrainConfig, info: EnvInfo) -> torch.Tensor:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int_seed(stream(cfg.seed, MODEL_INIT)))
-        model = build_model(cfg, info)
+        model = build_model(algo_settings(cfg), info)
     return FlatParams(model).flat.clone()
 
 
@@ -942,14 +955,18 @@ def _train(
     runtime: Runtime | None = None
     try:
         torch.set_num_threads(cfg.torch_threads)
-        scheduler = make_scheduler(cfg)
+        scheduler = make_scheduler(scheduler_settings(cfg))
         device = learner_device(cfg, info, scheduler)
         params = initial_params(cfg, info)
-        global_model = build_global_model(cfg, params, info.obs_stats_shape, device)
+        global_model = build_global_model(
+            server_settings(cfg), params, info.obs_stats_shape, device
+        )
         scheduler.bind(global_model.view(), np.random.default_rng(stream(cfg.seed, SCHEDULER)))
         learner = make_learner(cfg, info, scheduler.task_kind).to(global_model.device)
-        runtime = make_runtime(cfg, info, global_model, scheduler)
-        evaluator = Evaluator(cfg, info, obs_stats=global_model.obs_stats)
+        runtime = make_runtime(
+            runtime_settings(cfg), info, global_model, scheduler, worker_pool(cfg, info)
+        )
+        evaluator = Evaluator(eval_settings(cfg), info, obs_stats=global_model.obs_stats)
         if resume_state is None:
             write_json_atomic(run_dir / "config.json", cfg.to_dict())
     except BaseException:
@@ -958,7 +975,7 @@ def _train(
         if resume_state is None:
             remove_run_dir(run_dir, created)  # a start that failed leaves nothing behind
         raise
-    tracker = Tracker(cfg, run_dir, hooks)
+    tracker = Tracker(tracking_settings(cfg), run_dir, hooks)
     training = Training(
         cfg,
         run_dir,

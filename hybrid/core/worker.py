@@ -1,21 +1,25 @@
-"""A worker: its own envs, a local model copy and an algorithm; one task -> one Update."""
+"""A worker: its own envs, a local model copy and an algorithm; one task -> one Update.
+
+It is built from ``WorkerSettings`` (picklable: what a worker process or an actor
+receives), which the assembly (``hybrid/assembly.py``) makes from the run's config."""
 
 from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from hybrid.algorithms import ALGORITHMS
+from hybrid.algorithms import ALGORITHMS, AlgoSettings
 from hybrid.algorithms.a2c import a2c_group_gradients, a2c_loss
 from hybrid.algorithms.rollout import EnvRunner, make_runner
-from hybrid.clients import apply_client_dynamics
+from hybrid.clients import ClientSettings, apply_client_dynamics
 from hybrid.codecs import make_codec
 from hybrid.core.global_model import make_optimizer
-from hybrid.envs import EnvInfo, make_vector_env
+from hybrid.envs import EnvInfo, EnvSettings, make_vector_env
 from hybrid.nets import ActorCritic, FlatParams
 from hybrid.normalization import OBS_MEAN, OBS_VAR, NormalizationSettings, ObsNormalizer
 from hybrid.protocol import (
@@ -28,17 +32,36 @@ from hybrid.protocol import (
 )
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
-
 CODEC_STREAM = 7  # spawn-key slot of a worker's codec randomness
 LOCAL_ADAM_EPS = 1e-5  # a federated client's local Adam: the RL default
 RESUME_STREAM = 8  # seeds for envs that must restart on resume
 
 
-def build_model(cfg: TrainConfig, info: EnvInfo, worker_id: int = -1) -> torch.nn.Module:
+def build_model(settings: AlgoSettings, info: EnvInfo, worker_id: int = -1) -> torch.nn.Module:
     """The algorithm's model (``worker_id = -1``: the server's or the evaluator's copy)."""
-    return ALGORITHMS[cfg.algo].model(cfg, info, worker_id)
+    return ALGORITHMS[settings.algo].model(settings, info, worker_id)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a worker is built from (the assembly fills it from the config). Picklable: the
+    parallel runtimes send it to their worker processes and actors."""
+
+    algo: AlgoSettings
+    env: str
+    envs_per_worker: int
+    rollout_steps: int
+    seed: int
+    envs: EnvSettings = field(default_factory=EnvSettings)
+    normalization: NormalizationSettings = field(default_factory=NormalizationSettings)
+    codec: str = "none"
+    topk_ratio: float = 0.01
+    error_feedback: bool = True
+    clients: ClientSettings | None = None
+    """Set when workers run env variants (``client_dynamics``): each id gets its profile's."""
+    local_max_grad_norm: float = 0.5
+    """A federated client's clip of each local loss gradient (the run's max_grad_norm)."""
+    local_rmsprop_alpha: float = 0.99
 
 
 class Worker:
@@ -52,42 +75,42 @@ class Worker:
     def __init__(
         self,
         worker_id: int,
-        cfg: TrainConfig,
+        settings: WorkerSettings,
         info: EnvInfo,
         incarnation: int = 0,
         shared_model: tuple[torch.nn.Module, FlatParams] | None = None,
     ) -> None:
         self.worker_id = worker_id
-        self.cfg = cfg
-        env_seed, torch_seed = worker_seeds(cfg.seed, worker_id, incarnation)
-        self.algorithm = ALGORITHMS[cfg.algo]
+        self.settings = settings
+        env_seed, torch_seed = worker_seeds(settings.seed, worker_id, incarnation)
+        self.algorithm = ALGORITHMS[settings.algo.algo]
         # Workers that run one at a time may share one model: every task loads the snapshot
         # into it first (see ``shares_model``).
         if shared_model is not None:
             self.model, self.flat = shared_model
         else:
-            self.model = build_model(cfg, info, worker_id)
+            self.model = build_model(settings.algo, info, worker_id)
             self.flat = FlatParams(self.model)
-        self.loss_fn = self.algorithm.loss(cfg)
-        self.actor_payload = self.algorithm.actor_payload(cfg)
+        self.loss_fn = self.algorithm.loss(settings.algo)
+        self.actor_payload = self.algorithm.actor_payload(settings.algo)
         build_local = self.algorithm.local_update
-        self.local_update = build_local(cfg) if build_local is not None else None
+        self.local_update = build_local(settings.algo) if build_local is not None else None
         self.generator = torch.Generator().manual_seed(torch_seed)
         # The worker's own env instances (simulators are never shared between workers).
-        envs = make_vector_env(cfg.env, cfg.envs_per_worker, cfg, info)
-        if cfg.client_dynamics != "iid":  # an edge client's own env variant (hybrid/clients.py)
-            apply_client_dynamics(envs, cfg, worker_id)
+        envs = make_vector_env(settings.env, settings.envs_per_worker, settings.envs, info)
+        if settings.clients is not None:  # an edge client's own env variant (hybrid/clients.py)
+            apply_client_dynamics(envs, settings.clients, worker_id)
         # The runner owns the episodes in progress, the envs' state and normalization.
-        self.runner = make_runner(envs, env_seed, info, NormalizationSettings.from_config(cfg))
+        self.runner = make_runner(envs, env_seed, info, settings.normalization)
         # Each worker owns its codec: top-k's error-feedback residual is worker state.
-        codec_seed = int_seed(stream(cfg.seed, WORKER, worker_id, incarnation, CODEC_STREAM))
+        codec_seed = int_seed(stream(settings.seed, WORKER, worker_id, incarnation, CODEC_STREAM))
         self.codec = (
             None
-            if cfg.codec == "none"
+            if settings.codec == "none"
             else make_codec(
-                cfg.codec,
-                topk_ratio=cfg.topk_ratio,
-                error_feedback=cfg.error_feedback,
+                settings.codec,
+                topk_ratio=settings.topk_ratio,
+                error_feedback=settings.error_feedback,
                 seed=codec_seed,
             )
         )
@@ -117,7 +140,7 @@ class Worker:
         acting = isinstance(snapshot.task, CollectExperience)
         rollout = self.runner.collect(
             self.model,
-            self.cfg.rollout_steps,
+            self.settings.rollout_steps,
             self.generator,
             record_logp=acting and self.algorithm.records_behaviour_logp,
         )
@@ -162,7 +185,7 @@ class Worker:
         fresh every round.
         """
         started = time.perf_counter()
-        cfg = self.cfg
+        settings = self.settings
         self.flat.load(snapshot.params)
         if snapshot.extras:
             self.load_extras(snapshot.extras)
@@ -170,19 +193,19 @@ class Worker:
         # Views of θ_global shaped like each parameter; the snapshot is shared, only read.
         chunks = snapshot.params.split([p.numel() for p in params])
         anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
-        # Not cfg.adam_eps: that is the server's (FedOpt's tau, often 1e-3 or more).
+        # Not the server's adam_eps: that is FedOpt's tau, often 1e-3 or more.
         optimizer = make_optimizer(
-            task.optimizer, params, task.lr, LOCAL_ADAM_EPS, cfg.rmsprop_alpha
+            task.optimizer, params, task.lr, LOCAL_ADAM_EPS, settings.local_rmsprop_alpha
         )
         env_steps, returns, lengths = 0, [], []
         totals: dict[str, float] = {}
         for _ in range(task.steps):
-            rollout = self.runner.collect(self.model, cfg.rollout_steps, self.generator)
+            rollout = self.runner.collect(self.model, settings.rollout_steps, self.generator)
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
             loss.backward()
-            if cfg.max_grad_norm > 0:  # bounds the RL loss's noisy gradient, not the pull home
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if settings.local_max_grad_norm > 0:  # bounds the RL loss's gradient, not the pull home
+                torch.nn.utils.clip_grad_norm_(params, settings.local_max_grad_norm)
             if task.prox_mu > 0:
                 stats["losses/prox_drift"] = add_proximal_gradient(params, anchor, task.prox_mu)
             optimizer.step()
@@ -255,7 +278,7 @@ class Worker:
         # Seeds for envs whose state is not plain data: they restart their episode.
         reseed = [
             int_seed(s)
-            for s in stream(self.cfg.seed, WORKER, self.worker_id, RESUME_STREAM).spawn(
+            for s in stream(self.settings.seed, WORKER, self.worker_id, RESUME_STREAM).spawn(
                 self.runner.num_envs
             )
         ]
@@ -301,7 +324,7 @@ def run_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
     for worker in workers:
         if snapshot.extras:
             worker.load_extras(snapshot.extras)
-    model, steps = lead.model, lead.cfg.rollout_steps
+    model, steps = lead.model, lead.settings.rollout_steps
     collections = [w.runner.start_collection(steps) for w in workers]
     generators = [w.generator for w in workers]
     sizes = [w.runner.num_envs for w in workers]

@@ -1,4 +1,7 @@
-"""Runtimes: where workers execute. They know nothing of scheduling policy."""
+"""Runtimes: where workers execute. They know nothing of scheduling policy.
+
+A runtime is built from ``RuntimeSettings`` (hybrid/runtimes/settings.py) and a worker pool
+(hybrid/runtimes/pool.py) that the assembly made from the config; neither is the config."""
 
 from __future__ import annotations
 
@@ -8,9 +11,10 @@ from typing import TYPE_CHECKING, Protocol
 from hybrid.protocol import Snapshot, Update
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
     from hybrid.core.global_model import GlobalModel
     from hybrid.envs import EnvInfo
+    from hybrid.runtimes.pool import WorkerPool
+    from hybrid.runtimes.settings import RuntimeSettings
     from hybrid.schedulers.base import Scheduler
 
 
@@ -38,37 +42,57 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-def _serial(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
+def _serial(
+    settings: RuntimeSettings,
+    info: EnvInfo,
+    model: GlobalModel,
+    scheduler: Scheduler,
+    pool: WorkerPool,
+) -> Runtime:
     from hybrid.cluster_profile import ClusterProfile, is_profile_path
-    from hybrid.runtimes.pool import make_pool
     from hybrid.runtimes.serial import SerialRuntime
 
-    if not is_profile_path(cfg.cluster):
-        return SerialRuntime(cfg, info, make_pool(cfg, info))
+    cluster = settings.clock.cluster
+    if not is_profile_path(cluster):
+        return SerialRuntime(settings, info, pool)
     from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime
 
+    profile = ClusterProfile.load(cluster)
+    applies_alone = scheduler.applies_alone
     return ProfiledSerialRuntime(
-        cfg, info, ClusterProfile.load(cfg.cluster), lambda: model.version, scheduler.applies_alone
+        settings, info, pool, profile, lambda: model.version, applies_alone
     )
 
 
 def _processes(
-    cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler
+    settings: RuntimeSettings,
+    info: EnvInfo,
+    model: GlobalModel,
+    scheduler: Scheduler,
+    pool: WorkerPool,
 ) -> Runtime:
-    from hybrid.runtimes.pool import make_pool
     from hybrid.runtimes.processes import ProcessRuntime
 
-    pool = make_pool(cfg, info)
     # Hogwild!: workers step the shared θ themselves when the scheduler would apply each
     # update alone anyway and nothing (a codec) must see the payload first; a process then
     # runs one persistent worker (edge clients come and go on any process).
-    hogwild = cfg.lock_free and scheduler.applies_alone and cfg.codec == "none" and pool.persistent
-    return ProcessRuntime(cfg, info, model if hogwild else None, pool)
+    hogwild = (
+        settings.lock_free
+        and scheduler.applies_alone
+        and settings.codec == "none"
+        and pool.persistent
+    )
+    return ProcessRuntime(settings, info, model if hogwild else None, pool)
 
 
-def _ray(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler) -> Runtime:
+def _ray(
+    settings: RuntimeSettings,
+    info: EnvInfo,
+    model: GlobalModel,
+    scheduler: Scheduler,
+    pool: WorkerPool,
+) -> Runtime:
     try:
-        from hybrid.runtimes.pool import make_pool
         from hybrid.runtimes.ray import RayRuntime
     except ModuleNotFoundError as exc:  # ray is an extra
         if exc.name != "ray":
@@ -78,10 +102,13 @@ def _ray(cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Schedul
         raise ConfigError(
             f"runtime: 'ray' needs Ray ({exc}); install it with pip install 'hybrid-rl[ray]'"
         ) from None
-    return RayRuntime(cfg, info, make_pool(cfg, info))
+    return RayRuntime(settings, info, pool)
 
 
-RUNTIMES: dict[str, Callable[[TrainConfig, EnvInfo, GlobalModel, Scheduler], Runtime]] = {
+RuntimeBuilder = Callable[
+    ["RuntimeSettings", "EnvInfo", "GlobalModel", "Scheduler", "WorkerPool"], Runtime
+]
+RUNTIMES: dict[str, RuntimeBuilder] = {
     "serial": _serial,
     "processes": _processes,
     "ray": _ray,
@@ -89,8 +116,13 @@ RUNTIMES: dict[str, Callable[[TrainConfig, EnvInfo, GlobalModel, Scheduler], Run
 
 
 def make_runtime(
-    cfg: TrainConfig, info: EnvInfo, model: GlobalModel, scheduler: Scheduler
+    settings: RuntimeSettings,
+    info: EnvInfo,
+    model: GlobalModel,
+    scheduler: Scheduler,
+    pool: WorkerPool,
 ) -> Runtime:
-    """The runtime ``cfg`` names. It may take over ``model``'s storage (shared memory) when
-    ``scheduler`` lets workers apply their own updates."""
-    return RUNTIMES[cfg.runtime](cfg, info, model, scheduler)
+    """The runtime ``settings.runtime`` names, running ``pool``'s workers. It may take over
+    ``model``'s storage (shared memory) when ``scheduler`` lets workers apply their own
+    updates."""
+    return RUNTIMES[settings.runtime](settings, info, model, scheduler, pool)

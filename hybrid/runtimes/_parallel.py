@@ -16,7 +16,7 @@ import os
 import pickle
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +24,10 @@ import torch
 from hybrid.core.worker import Worker
 from hybrid.protocol import Snapshot, Update
 from hybrid.seeding import FAULTS, stream
+
+if TYPE_CHECKING:
+    from hybrid.runtimes.pool import WorkerPool
+    from hybrid.runtimes.settings import RuntimeSettings
 
 log = logging.getLogger("hybrid.runtimes")
 
@@ -229,8 +233,8 @@ class Supervisor(abc.ABC):
 
     executors: list[Any]
 
-    def __init__(self, cfg: Any, pool: Any, clock: Any) -> None:
-        self.cfg, self.pool = cfg, pool
+    def __init__(self, settings: RuntimeSettings, pool: WorkerPool, clock: Any) -> None:
+        self.settings, self.pool = settings, pool
         self.executors = []
         self._clock = clock
         self._busy: set[int] = set()
@@ -240,7 +244,7 @@ class Supervisor(abc.ABC):
         """Edge-client tasks (prepared snapshot, client) waiting for a free executor."""
         self._arrived: list[tuple[float, int, Update]] = []
         self._sequence = 0  # ties in finish time resolve in arrival order
-        self._faults = FaultInjector(cfg.inject_worker_faults, cfg.seed)
+        self._faults = FaultInjector(settings.inject_worker_faults, settings.seed)
         self.counters = FaultCounters()
         self._origin = clock()  # reset once the workers are warm: the run begins
 

@@ -15,7 +15,8 @@ workers are" is decided once, here, and "where they run" stays the runtime's:
   Seeds come from (client id, version), so a client's Δ does not depend on the executor.
 
 The pool lives here, beside its only users: it must be picklable into worker processes
-and actors; the client profiles it builds from are ``hybrid.clients``.
+and actors, so it holds ``WorkerSettings`` (and ``ClientSettings``), never the config; the
+client profiles it builds from are ``hybrid.clients``.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hybrid.clients import ClientCostModel
-from hybrid.core.worker import Worker
+from hybrid.clients import ClientCostModel, ClientSettings
+from hybrid.core.worker import Worker, WorkerSettings
 from hybrid.protocol import Snapshot, Update
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
     from hybrid.envs import EnvInfo
 
 
 class WorkerPool(Protocol):
+    settings: WorkerSettings
+    """What every worker of the pool is built from (picklable: never the run's config)."""
     size: int
     """Worker ids are 0..size-1: the ids a scheduler hands tasks to."""
     persistent: bool
@@ -57,16 +59,17 @@ class WorkerPool(Protocol):
 class PersistentWorkers:
     """``workers`` long-lived workers, ids 0..workers-1."""
 
-    cfg: TrainConfig
+    settings: WorkerSettings
     info: EnvInfo
+    workers: int
     persistent = True
 
     @property
     def size(self) -> int:
-        return self.cfg.workers
+        return self.workers
 
     def build(self, worker_id: int, incarnation: int = 0, shared_model: Any = None) -> Worker:
-        return Worker(worker_id, self.cfg, self.info, incarnation, shared_model=shared_model)
+        return Worker(worker_id, self.settings, self.info, incarnation, shared_model=shared_model)
 
     def run(self, worker_id: int, snapshot: Snapshot) -> Update:
         raise RuntimeError("persistent workers keep their state: run tasks on the built worker")
@@ -79,18 +82,19 @@ class PersistentWorkers:
 class EdgeClients:
     """K simulated edge clients, ids 0..K-1, each built on demand for one task."""
 
-    cfg: TrainConfig
+    settings: WorkerSettings
     info: EnvInfo
+    clients: ClientSettings
     persistent = False
 
     @property
     def size(self) -> int:
-        assert self.cfg.clients is not None
-        return self.cfg.clients
+        assert self.clients.clients is not None
+        return self.clients.clients
 
     def build(self, worker_id: int, incarnation: int = 0, shared_model: Any = None) -> Worker:
         # The worker applies the client's env variant (client_dynamics) from its id.
-        return Worker(worker_id, self.cfg, self.info, incarnation, shared_model=shared_model)
+        return Worker(worker_id, self.settings, self.info, incarnation, shared_model=shared_model)
 
     def run(self, worker_id: int, snapshot: Snapshot) -> Update:
         # Seeded by (client, version): the same task gives the same Δ on every executor.
@@ -101,9 +105,13 @@ class EdgeClients:
             client.close()
 
     def cost_model(self) -> Any:
-        return ClientCostModel(self.cfg)
+        return ClientCostModel(self.clients)
 
 
-def make_pool(cfg: TrainConfig, info: EnvInfo) -> WorkerPool:
-    """Edge clients when ``clients`` is set, else the persistent ``workers``."""
-    return EdgeClients(cfg, info) if cfg.clients is not None else PersistentWorkers(cfg, info)
+def make_pool(
+    settings: WorkerSettings, info: EnvInfo, workers: int, clients: ClientSettings | None = None
+) -> WorkerPool:
+    """Edge clients when ``clients`` sets K, else ``workers`` persistent workers."""
+    if clients is not None and clients.clients is not None:
+        return EdgeClients(settings, info, clients)
+    return PersistentWorkers(settings, info, workers)

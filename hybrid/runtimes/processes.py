@@ -145,10 +145,10 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
-from hybrid.runtimes.pool import WorkerPool, make_pool
+from hybrid.runtimes.pool import WorkerPool
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.runtimes.settings import RuntimeSettings
 
 SEQ, VERSION, HALT = 0, 1, 2  # the words of ``meta``
 SETTLE_TIMEOUT_S = 60.0
@@ -190,7 +190,7 @@ def read_params(
 def _worker_main(
     worker_id: int,
     incarnation: int,
-    cfg: TrainConfig,
+    settings: RuntimeSettings,
     info: EnvInfo,
     conn: Connection,
     theta: torch.Tensor,
@@ -199,17 +199,16 @@ def _worker_main(
     applied: torch.Tensor,
     consistent: bool,
     shared_model: dict[str, torch.Tensor] | None,
-    pool: WorkerPool | None = None,
+    pool: WorkerPool,
 ) -> None:
     """One worker process: its persistent worker, or (an on-demand ``pool``) the edge clients
     whose tasks it is sent."""
     # Ctrl-C reaches the whole foreground process group; stopping us is the main
     # process's job (close()), and a worker dying mid-send would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing from more
+    torch.set_num_threads(settings.torch_threads)  # 1 by default: tiny MLPs gain nothing from more
     worker: Worker | None = None
     try:
-        pool = pool if pool is not None else make_pool(cfg, info)
         if pool.persistent:
             worker = pool.build(worker_id, incarnation)
         # Hogwild!: this process steps the global model itself, through the shared θ and
@@ -217,8 +216,10 @@ def _worker_main(
         hogwild: GlobalModel | None = None
         if shared_model is not None:
             # A throw-away step first: a fresh process's first optimizer step costs ~2 s.
-            build_global_model(cfg, torch.zeros_like(theta)).apply(Step(torch.ones_like(theta)))
-            hogwild = build_global_model(cfg, torch.zeros_like(theta))
+            build_global_model(settings.server, torch.zeros_like(theta)).apply(
+                Step(torch.ones_like(theta))
+            )
+            hogwild = build_global_model(settings.server, torch.zeros_like(theta))
             hogwild.attach_shared(shared_model)
         if worker is not None:
             warm_up(worker)
@@ -330,22 +331,22 @@ class ProcessRuntime(Supervisor):
 
     def __init__(
         self,
-        cfg: TrainConfig,
+        settings: RuntimeSettings,
         info: EnvInfo,
-        hogwild: GlobalModel | None = None,
-        pool: WorkerPool | None = None,
+        hogwild: GlobalModel | None,
+        pool: WorkerPool,
     ) -> None:
         """``hogwild``: the global model whose θ and optimizer statistics the workers step
         themselves (moved into shared memory here); None: the main process applies.
-        ``pool``: who the workers are (default: ``make_pool``); with edge clients, K clients
+        ``pool``: who the workers are (``make_pool``); with edge clients, K clients
         share the ``workers`` processes."""
-        warn_if_oversubscribed(cfg.workers, "processes")
-        super().__init__(cfg, pool if pool is not None else make_pool(cfg, info), time.monotonic)
+        warn_if_oversubscribed(settings.workers, "processes")
+        super().__init__(settings, pool, time.monotonic)
         self.info = info
         if hogwild is not None and not self.pool.persistent:
             raise ValueError("Hogwild! runs persistent workers: a process runs one worker")
         self._ctx = mp.get_context("spawn")  # fork would copy the parent's threads and locks
-        numel = FlatParams(build_model(cfg, info)).numel
+        numel = FlatParams(build_model(pool.settings.algo, info)).numel
         self._shared_model: dict[str, torch.Tensor] | None = None
         # Who writes θ: the loop's server optimizer, or (Hogwild!) the workers themselves.
         self.applier: Applier = SERVER_APPLIES
@@ -360,9 +361,9 @@ class ProcessRuntime(Supervisor):
         self._run_ahead = hogwild is not None
         # One slot per worker is enough, running ahead too: a worker writes its slot only
         # once the loop has claimed the task, after we copied the previous payload out.
-        self._grads = torch.zeros(cfg.workers, numel).share_memory_()
+        self._grads = torch.zeros(settings.workers, numel).share_memory_()
         self._grad_slots = list(self._grads)  # views made once: indexing costs µs per update
-        self._applied = torch.zeros(cfg.workers, dtype=torch.int64).share_memory_()
+        self._applied = torch.zeros(settings.workers, dtype=torch.int64).share_memory_()
         self._published: int | None = None
         self.torn_reads = 0
         self._closed = False
@@ -373,7 +374,7 @@ class ProcessRuntime(Supervisor):
         self._slots = self.executors
         self._selector = selectors.DefaultSelector()
         try:
-            for w in range(cfg.workers):
+            for w in range(settings.workers):
                 process, conn = self._start_process(w, 0)
                 self._slots.append(_Slot(worker_id=w, process=process, conn=conn))
                 self._watch(self._slots[-1])
@@ -475,14 +476,14 @@ class ProcessRuntime(Supervisor):
             args=(
                 worker_id,
                 incarnation,
-                self.cfg,
+                self.settings,
                 self.info,
                 theirs,
                 self._theta,
                 self._meta,
                 self._grads,
                 self._applied,
-                not self.cfg.lock_free,
+                not self.settings.lock_free,
                 self._shared_model,
                 self.pool,
             ),

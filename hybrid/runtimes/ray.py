@@ -104,10 +104,10 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
-from hybrid.runtimes.pool import WorkerPool, make_pool
+from hybrid.runtimes.pool import WorkerPool
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.runtimes.settings import RuntimeSettings
 
 STARTUP_TIMEOUT_S = 300.0
 """How long an actor may take to start, warm up and connect (many at once on a busy node)."""
@@ -186,13 +186,13 @@ class ActorWorker:
         self,
         worker_id: int,
         incarnation: int,
-        cfg: TrainConfig,
+        settings: RuntimeSettings,
         info: EnvInfo,
-        pool: WorkerPool | None = None,
+        pool: WorkerPool,
     ) -> None:
-        torch.set_num_threads(cfg.torch_threads)  # 1 by default: tiny MLPs gain nothing more
-        self.worker_id, self.cfg, self.info = worker_id, cfg, info
-        self.pool = pool if pool is not None else make_pool(cfg, info)
+        torch.set_num_threads(settings.torch_threads)  # 1 by default: tiny MLPs gain nothing more
+        self.worker_id, self.settings, self.info = worker_id, settings, info
+        self.pool = pool
         self.worker: Worker | None = None
         if self.pool.persistent:
             self.worker = self.pool.build(worker_id, incarnation)
@@ -492,9 +492,10 @@ def _private_token(session: RaySession) -> None:
     _reload_ray_auth_settings()
 
 
-def connect(cfg: TrainConfig) -> RaySession | None:
-    """Start or join Ray as the config says; the session to close, or None if Ray was
-    already running in this process (then it is not ours to stop)."""
+def connect(address: str, workers: int) -> RaySession | None:
+    """Join the Ray cluster at ``address``, or (empty) start a local one with a CPU for each
+    of ``workers``; the session to close, or None if Ray was already running in this process
+    (then it is not ours to stop)."""
     if ray.is_initialized():
         return None
     session = RaySession()
@@ -503,16 +504,16 @@ def connect(cfg: TrainConfig) -> RaySession | None:
             session.set_env(key, value)
     quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
     try:
-        if cfg.ray_address:
-            probe_address(cfg.ray_address)
-            ray.init(address=cfg.ray_address, **quiet)
+        if address:
+            probe_address(address)
+            ray.init(address=address, **quiet)
             return session
         # Short: Ray's socket paths under it must fit in 107 bytes.
         session.private_dir = Path(tempfile.mkdtemp(prefix="hybrid-ray-", dir=_short_tmp()))
         _private_token(session)
         with _loopback_only():
             ray.init(
-                num_cpus=max(cfg.workers, physical_cores()),  # one CPU per actor must fit
+                num_cpus=max(workers, physical_cores()),  # one CPU per actor must fit
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
                 _temp_dir=str(session.private_dir),
@@ -521,10 +522,10 @@ def connect(cfg: TrainConfig) -> RaySession | None:
     except BaseException:
         session.close()
         raise
-    address = ray.util.get_node_ip_address()
-    if address != "127.0.0.1":
+    bound = ray.util.get_node_ip_address()
+    if bound != "127.0.0.1":
         warnings.warn(
-            f"this Ray version bound the local instance to {address}, not to loopback only; "
+            f"this Ray version bound the local instance to {bound}, not to loopback only; "
             "firewall it, or start Ray yourself and pass --ray-address",
             RuntimeWarning,
             stacklevel=2,
@@ -566,12 +567,12 @@ class _Actor(Executor):
 class RayRuntime(Supervisor):
     """Workers as Ray actors; real wall-clock time; earliest completion first."""
 
-    def __init__(self, cfg: TrainConfig, info: EnvInfo, pool: WorkerPool | None = None) -> None:
-        """``pool``: who the workers are (default: ``make_pool``); with edge clients, K
+    def __init__(self, settings: RuntimeSettings, info: EnvInfo, pool: WorkerPool) -> None:
+        """``pool``: who the workers are (``make_pool``); with edge clients, K
         clients share ``workers`` actors."""
-        if not cfg.ray_address:
-            warn_if_oversubscribed(cfg.workers, "ray")
-        super().__init__(cfg, pool if pool is not None else make_pool(cfg, info), time.time)
+        if not settings.ray_address:
+            warn_if_oversubscribed(settings.workers, "ray")
+        super().__init__(settings, pool, time.time)
         self.info = info
         self._session: RaySession | None = None
         self._selector = selectors.DefaultSelector()
@@ -585,7 +586,7 @@ class RayRuntime(Supervisor):
         with _StartupSignals() as signals:
             try:
                 try:
-                    self._session = connect(cfg)
+                    self._session = connect(settings.ray_address, settings.workers)
                 except SystemExit as exc:  # Ray's SIGTERM handler, installed by ray.init
                     if exc.code != signal.SIGTERM:
                         raise
@@ -596,7 +597,7 @@ class RayRuntime(Supervisor):
                 self._remote = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(
                     ActorWorker
                 )
-                for w in range(cfg.workers):  # edge clients too: a pool of actors
+                for w in range(settings.workers):  # edge clients too: a pool of actors
                     self._actors.append(_Actor(worker_id=w))
                     self._spawn(self._actors[-1])
                 self._await_startup()
@@ -666,7 +667,7 @@ class RayRuntime(Supervisor):
     def _spawn(self, actor: _Actor) -> None:
         """Create the actor; it warms up, then opens its end of the connection (async)."""
         actor.handle = self._remote.remote(
-            actor.worker_id, actor.incarnation, self.cfg, self.info, self.pool
+            actor.worker_id, actor.incarnation, self.settings, self.info, self.pool
         )
         actor.starting = actor.handle.listen.remote(self._authkey)
         actor.started_at = time.monotonic()

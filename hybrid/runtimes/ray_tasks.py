@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybrid.config import ConfigError, TrainConfig
-from hybrid.errors import TaskLost
+from hybrid.errors import ConfigError, TaskLost
 from hybrid.runtimes.ray import connect
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ class RayBackend:
 
         self.ray, self.log_dir = ray, log_dir
         # A local Ray is started as the ray runtime starts it: loopback only, private token.
-        self.session = connect(TrainConfig(runtime="ray", ray_address=address, workers=1))
+        self.session = connect(address, workers=1)
         self.remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(run)
         total = ray.cluster_resources()
         self.capacity = int(min(total.get("CPU", 0) // cpus if cpus else 2**31, 2**31))

@@ -19,11 +19,11 @@ from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.core.worker import Worker, groups_gradients, run_group
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
-from hybrid.runtimes.pool import WorkerPool, make_pool
+from hybrid.runtimes.pool import WorkerPool
 from hybrid.seeding import CLOCK, stream
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.runtimes.settings import RuntimeSettings
 
 SPEEDS, JITTER = range(2)
 
@@ -31,50 +31,51 @@ SPEEDS, JITTER = range(2)
 class CostModel:
     """Task duration = (env steps × step cost + overhead) × worker slowness × jitter + upload."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
-        self.slowness = cluster_slowness(cfg)
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self.settings = settings
+        self.slowness = cluster_slowness(settings)
         self.jitter = [
-            np.random.default_rng(stream(cfg.seed, CLOCK, JITTER, w)) for w in range(cfg.workers)
+            np.random.default_rng(stream(settings.seed, CLOCK, JITTER, w))
+            for w in range(settings.workers)
         ]
 
     def duration(
         self, worker_id: int, env_steps: int, nbytes: int, updates: int = 1
     ) -> tuple[float, float]:
         """(compute seconds, upload seconds) of one task of ``updates`` optimizer steps."""
-        cfg = self.cfg
+        clock = self.settings.clock
         jitter = (
-            self.jitter[worker_id].lognormal(0.0, cfg.jitter_sigma) if cfg.jitter_sigma else 1.0
+            self.jitter[worker_id].lognormal(0.0, clock.jitter_sigma) if clock.jitter_sigma else 1.0
         )
-        work = env_steps * cfg.step_cost_s + updates * cfg.task_overhead_s
+        work = env_steps * clock.step_cost_s + updates * clock.task_overhead_s
         compute = work * self.slowness[worker_id]
-        upload = nbytes * 8 / (cfg.bandwidth_mbps * 1e6)
+        upload = nbytes * 8 / (clock.bandwidth_mbps * 1e6)
         return float(compute * jitter), float(upload)
 
 
-def cluster_slowness(cfg: TrainConfig) -> np.ndarray:
+def cluster_slowness(settings: RuntimeSettings) -> np.ndarray:
     """Per-worker time factors (1 = nominal) of the named cluster profile."""
-    rng = np.random.default_rng(stream(cfg.seed, CLOCK, SPEEDS))
-    n = cfg.workers
-    if cfg.cluster == "heterogeneous":
-        return rng.lognormal(0.0, cfg.speed_sigma, size=n)
+    rng = np.random.default_rng(stream(settings.seed, CLOCK, SPEEDS))
+    n, clock = settings.workers, settings.clock
+    if clock.cluster == "heterogeneous":
+        return rng.lognormal(0.0, clock.speed_sigma, size=n)
     slowness = np.ones(n)
-    if cfg.cluster == "stragglers":
-        count = round(cfg.straggler_fraction * n)
-        slowness[rng.choice(n, size=count, replace=False)] = cfg.straggler_slowdown
+    if clock.cluster == "stragglers":
+        count = round(clock.straggler_fraction * n)
+        slowness[rng.choice(n, size=count, replace=False)] = clock.straggler_slowdown
     return slowness
 
 
 class SerialRuntime:
-    def __init__(self, cfg: TrainConfig, info: EnvInfo, pool: WorkerPool | None = None) -> None:
-        self.cfg, self.info = cfg, info
-        self.pool = pool if pool is not None else make_pool(cfg, info)
+    def __init__(self, settings: RuntimeSettings, info: EnvInfo, pool: WorkerPool) -> None:
+        self.settings, self.info = settings, info
+        self.pool = pool
         # Edge clients (an on-demand pool) hold no env or model between tasks: each task
         # builds its client, then releases it, so memory grows with the tasks in flight,
         # not with the number of clients.
         self.on_demand = not self.pool.persistent
         self.workers = [] if self.on_demand else self._build_workers(self.pool)
-        self.cost = CostModel(cfg)
+        self.cost = CostModel(settings)
         self.client_cost = self.pool.cost_model()
         self.clock = 0.0
         self.busy = [False] * self.pool.size

@@ -45,7 +45,8 @@ from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.runtimes.serial import SerialRuntime
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.runtimes.pool import WorkerPool
+    from hybrid.runtimes.settings import RuntimeSettings
 
 SERVER = -1
 """The main process's job key among the workers' (0..N-1) on the shared cores."""
@@ -134,8 +135,9 @@ class ProfiledSerialRuntime(SerialRuntime):
 
     def __init__(
         self,
-        cfg: TrainConfig,
+        settings: RuntimeSettings,
         info: EnvInfo,
+        pool: WorkerPool,
         profile: ClusterProfile,
         version: Callable[[], int],
         workers_apply: bool,
@@ -143,14 +145,14 @@ class ProfiledSerialRuntime(SerialRuntime):
         """``version``: the global model's version now (the server is charged one apply per
         new version); ``workers_apply``: the scheduler lets every update be applied alone,
         so on the processes runtime, lock-free and without a codec, workers run Hogwild!."""
-        super().__init__(cfg, info)
+        super().__init__(settings, info, pool)
         self.profile = profile
         self.version = version
         self.hogwild = (
             profile.runtime == "processes"
             and workers_apply
-            and cfg.lock_free
-            and cfg.codec == "none"
+            and settings.lock_free
+            and settings.codec == "none"
         )
         self.cores = SharedCores(profile.cores, SERVER if profile.main_preempts else None)
         self._running: dict[int, Update] = {}

@@ -5,6 +5,10 @@ A scheduler is named by a registered name (``sync``, or one you registered with
 (imported) or ``path/to/file.py:MyScheduler`` (loaded from the file), as ``--env
 module:name`` works for envs. Its own hyperparameters (a ``Settings`` dataclass on the
 class) come from ``TrainConfig.scheduler_args``, checked against that dataclass here.
+
+A scheduler is built from ``SchedulerSettings`` (the assembly fills them from the config):
+the workers, the seed, the clients and the scheduler's own settings, a built-in's small
+dataclass (``BoundedSettings``...) or a user scheduler's ``Settings`` arguments.
 """
 
 from __future__ import annotations
@@ -18,50 +22,70 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hybrid.clients import population
+from hybrid.clients import ClientSettings, population
 from hybrid.errors import ConfigError
 from hybrid.protocol import TASK_KINDS
-from hybrid.schedulers.actor_learner import ActorLearner
+from hybrid.schedulers.actor_learner import ActorLearner, ActorLearnerSettings
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
-from hybrid.schedulers.bounded import Bounded
-from hybrid.schedulers.fedavg import FedAvg
+from hybrid.schedulers.bounded import Bounded, BoundedSettings
+from hybrid.schedulers.fedavg import FedAvg, FedAvgSettings
 from hybrid.schedulers.synchronous import Sync
 
-if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """What a scheduler is built from; the assembly fills it from the config."""
+
+    name: str
+    """The registered name or ``module:Class`` path (``TrainConfig.scheduler``)."""
+    workers: int
+    seed: int
+    clients: ClientSettings
+    """The run's clients (their profiles: who may be sampled, who drops out); without
+    edge clients, its workers."""
+    args: Any = None
+    """The scheduler's own settings: a built-in's dataclass (``BoundedSettings``,
+    ``ActorLearnerSettings``, ``FedAvgSettings``; None for sync and async), or a user
+    scheduler's ``scheduler_args`` mapping, checked against its ``Settings``."""
 
 
 @dataclass(frozen=True)
 class SchedulerEntry:
-    """How to build one scheduler from a run's config."""
+    """How to build one scheduler from its settings."""
 
-    build: Callable[[TrainConfig], Scheduler]
+    build: Callable[[SchedulerSettings], Scheduler]
     cls: type[Scheduler]
 
 
 def _user_entry(cls: type[Scheduler]) -> SchedulerEntry:
-    def build(cfg: TrainConfig) -> Scheduler:
+    def build(settings: SchedulerSettings) -> Scheduler:
         if cls.Settings is None:
-            return cls(population(cfg))  # type: ignore[call-arg]
-        settings = make_settings(cls, cfg.scheduler_args)
-        return cls(population(cfg), settings)  # type: ignore[call-arg]
+            return cls(population(settings.clients))  # type: ignore[call-arg]
+        own = make_settings(cls, settings.args or {})
+        return cls(population(settings.clients), own)  # type: ignore[call-arg]
 
     return SchedulerEntry(build, cls)
 
 
+def _bounded(settings: SchedulerSettings) -> Bounded:
+    own: BoundedSettings = settings.args
+    return Bounded(settings.workers, own.staleness_bound, own.staleness_aware_lr)
+
+
+def _actor_learner(settings: SchedulerSettings) -> ActorLearner:
+    own: ActorLearnerSettings = settings.args
+    return ActorLearner(settings.workers, own.learner_batch, own.max_policy_lag)
+
+
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    "sync": SchedulerEntry(lambda cfg: Sync(cfg.workers), Sync),
-    "async": SchedulerEntry(lambda cfg: Async(cfg.workers), Async),
-    "bounded": SchedulerEntry(
-        lambda cfg: Bounded(cfg.workers, cfg.staleness_bound, cfg.staleness_aware_lr), Bounded
-    ),
-    "hybrid": SchedulerEntry(
-        lambda cfg: ActorLearner(cfg.workers, cfg.learner_batch, cfg.max_policy_lag), ActorLearner
-    ),
-    "fedavg": SchedulerEntry(FedAvg.from_config, FedAvg),
+    "sync": SchedulerEntry(lambda s: Sync(s.workers), Sync),
+    "async": SchedulerEntry(lambda s: Async(s.workers), Async),
+    "bounded": SchedulerEntry(_bounded, Bounded),
+    "hybrid": SchedulerEntry(_actor_learner, ActorLearner),
+    "fedavg": SchedulerEntry(FedAvg.from_settings, FedAvg),
 }
 BUILT_IN = frozenset(SCHEDULERS)
 
@@ -154,8 +178,9 @@ def typed_scheduler_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
     return {key: getattr(settings, key) for key in args}
 
 
-def make_scheduler(cfg: TrainConfig) -> Scheduler:
-    return resolve_scheduler(cfg.scheduler).build(cfg)
+def make_scheduler(settings: SchedulerSettings) -> Scheduler:
+    """The scheduler ``settings.name`` names (``hybrid.assembly.scheduler_settings``)."""
+    return resolve_scheduler(settings.name).build(settings)
 
 
 # --- internals --------------------------------------------------------------------------------
@@ -240,12 +265,16 @@ def _as(kind: Any, value: Any) -> Any:
 __all__ = [
     "SCHEDULERS",
     "ActorLearner",
+    "ActorLearnerSettings",
     "Async",
     "Bounded",
+    "BoundedSettings",
     "FedAvg",
+    "FedAvgSettings",
     "ModelView",
     "Scheduler",
     "SchedulerEntry",
+    "SchedulerSettings",
     "Sync",
     "Verdict",
     "check_scheduler",

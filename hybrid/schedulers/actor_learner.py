@@ -9,9 +9,18 @@ itself is corrected by the learner's loss (V-trace) or its replay (Q-learning).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hybrid.protocol import CollectExperience, Step, Update
 from hybrid.schedulers.base import Scheduler, Verdict
+
+
+@dataclass(frozen=True)
+class ActorLearnerSettings:
+    """The actor-learner's own settings (``--learner-batch``, ``--max-policy-lag``)."""
+
+    learner_batch: int = 8
+    max_policy_lag: int = 100
 
 
 class ActorLearner(Scheduler):

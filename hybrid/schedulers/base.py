@@ -62,7 +62,8 @@ class ModelView(Protocol):
 class Scheduler(ABC):
     Settings: ClassVar[type | None] = None
     """The dataclass of this scheduler's own hyperparameters (``TrainConfig.scheduler_args``);
-    None: it takes none. Built-in schedulers read theirs from TrainConfig's fields."""
+    None: it takes none. Built-in schedulers take theirs as TrainConfig fields, which the
+    assembly packs into their own small settings (``BoundedSettings``...)."""
     model: ModelView | None = None
     """The global model, read-only (``bind``): for rules that need θ, e.g. delay compensation."""
     rng: np.random.Generator

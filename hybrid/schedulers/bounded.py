@@ -9,10 +9,19 @@ step is scaled by 1/τ (staleness-aware ASGD, Zhang et al. 2016).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hybrid.protocol import Step, Update
 from hybrid.schedulers.base import Scheduler, Verdict
+
+
+@dataclass(frozen=True)
+class BoundedSettings:
+    """SSP's own settings (``--staleness-bound``, ``--staleness-aware-lr``)."""
+
+    staleness_bound: int = 4
+    staleness_aware_lr: bool = False
 
 
 class Bounded(Scheduler):

@@ -21,6 +21,7 @@ the round time is that of the slowest surviving client.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,11 +38,20 @@ from hybrid.schedulers.base import Scheduler, Verdict
 from hybrid.seeding import stream
 
 if TYPE_CHECKING:
-    from hybrid.config import TrainConfig
+    from hybrid.schedulers import SchedulerSettings
 
 MAX_EMPTY_ROUNDS = 10_000
 """Rounds in a row in which nobody took part (all unavailable or dropped out) before the
 scheduler gives up: only a near-certain dropout or near-zero availability gets there."""
+
+
+@dataclass(frozen=True)
+class FedAvgSettings:
+    """fedavg's own settings: the sampled fraction C and the round deadline."""
+
+    client_fraction: float = 0.1
+    round_deadline_s: float = 0.0
+    late_policy: str = "drop"
 
 
 class FedAvg(Scheduler):
@@ -90,16 +100,18 @@ class FedAvg(Scheduler):
         self.late_staleness = 0
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> FedAvg:
-        profiles = make_profiles(cfg)
+    def from_settings(cls, settings: SchedulerSettings) -> FedAvg:
+        """The registry's builder: K clients, their profiles, ``FedAvgSettings``."""
+        own: FedAvgSettings = settings.args
+        profiles = make_profiles(settings.clients)
         return cls(
-            population(cfg),
-            cfg.client_fraction,
-            cfg.seed,
+            population(settings.clients),
+            own.client_fraction,
+            settings.seed,
             dropout=[p.dropout for p in profiles],
             availability=[p.availability for p in profiles],
-            deadline_s=cfg.round_deadline_s,
-            late_policy=cfg.late_policy,
+            deadline_s=own.round_deadline_s,
+            late_policy=own.late_policy,
         )
 
     # -- the protocol ------------------------------------------------------------------------

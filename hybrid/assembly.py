@@ -1,0 +1,294 @@
+"""The assembly: the one place that reads the flat ``TrainConfig`` and builds each
+component's own settings from it.
+
+Components (worker, global model, algorithms, evaluator, envs, clients, runtimes) take
+small frozen dataclasses defined beside them (``WorkerSettings``, ``ServerSettings``,
+``AlgoSettings``, ``EvalSettings``, ``EnvSettings``, ``ClientSettings``,
+``RuntimeSettings``...), never the config. ``train()`` (hybrid/core/loop.py) calls the
+builders below; a plug-in builds its own settings in its registration
+(``EnvFamily.settings``, ``FinalEvaluation.settings``). The settings are picklable, so
+the parallel runtimes send them, not the config, to their worker processes and actors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hybrid.algorithms import ALGORITHMS, A2CSettings, AlgoSettings, NetSettings, NStepQSettings
+from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
+from hybrid.atari import AtariSettings
+from hybrid.clients import ClientSettings
+from hybrid.cluster_profile import is_profile_path
+from hybrid.core.global_model import GlobalModel, ServerSettings, build_global_model
+from hybrid.core.worker import WorkerSettings
+from hybrid.envs import EnvInfo, EnvSettings, env_family
+from hybrid.evaluation import EvalSettings, Evaluator
+from hybrid.normalization import GlobalObsStats, NormalizationSettings
+from hybrid.plugins import final_evaluations
+from hybrid.runtimes.pool import WorkerPool, make_pool
+from hybrid.runtimes.settings import ClockSettings, RuntimeSettings
+from hybrid.schedulers import (
+    ActorLearnerSettings,
+    BoundedSettings,
+    FedAvgSettings,
+    SchedulerSettings,
+)
+from hybrid.tracking import TrackingSettings
+
+if TYPE_CHECKING:
+    import torch
+
+    from hybrid.config import TrainConfig
+
+
+def ppo_settings(cfg: TrainConfig, multiagent: bool = False) -> PPOSettings:
+    """PPO's settings; its loss shares a2c's coefficients and the server's clip and ε."""
+    return PPOSettings(
+        epochs=cfg.ppo_epochs,
+        minibatches=cfg.ppo_minibatches,
+        clip_coef=cfg.clip_coef,
+        clip_vloss=cfg.clip_vloss,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        lr=cfg.ppo_lr,
+        adam_eps=cfg.adam_eps,
+        value_norm=cfg.value_norm,
+        advantage_norm=resolve_advantage_norm(cfg.ppo_advantage_norm, multiagent),
+    )
+
+
+def algo_settings(cfg: TrainConfig) -> AlgoSettings:
+    family = env_family(cfg.env)
+    return AlgoSettings(
+        algo=cfg.algo,
+        env=cfg.env,
+        seed=cfg.seed,
+        workers=cfg.workers,
+        nets=NetSettings(cfg.hidden, cfg.layers, cfg.log_std_init, cfg.state_dependent_std),
+        a2c=A2CSettings(
+            gamma=cfg.gamma,
+            gae_lambda=cfg.gae_lambda,
+            ent_coef=cfg.ent_coef,
+            vf_coef=cfg.vf_coef,
+            normalize_advantages=cfg.normalize_advantages,
+            correction=cfg.correction,
+            rho_bar=cfg.rho_bar,
+            c_bar=cfg.c_bar,
+        ),
+        nstep_q=NStepQSettings(
+            replay=cfg.replay,
+            replay_capacity=cfg.replay_capacity,
+            replay_batch=cfg.replay_batch,
+            replay_alpha=cfg.replay_alpha,
+            replay_beta0=cfg.replay_beta0,
+            learner_updates=cfg.learner_updates,
+            learning_starts=cfg.learning_starts,
+            q_nstep=cfg.q_nstep,
+            epsilon=cfg.epsilon,
+            epsilon_alpha=cfg.epsilon_alpha,
+        ),
+        ppo=ppo_settings(cfg) if cfg.algo == "ppo" else None,
+        family=family.settings(cfg) if family is not None and family.settings else None,
+    )
+
+
+def env_settings(cfg: TrainConfig) -> EnvSettings:
+    return EnvSettings(
+        wrappers=cfg.wrappers,
+        atari=AtariSettings(
+            frame_skip=cfg.atari_frame_skip,
+            frame_stack=cfg.atari_frame_stack,
+            noop_max=cfg.atari_noop_max,
+            episodic_life=cfg.atari_episodic_life,
+            clip_rewards=cfg.atari_clip_rewards,
+        ),
+        spawned=cfg.runtime == "processes",
+    )
+
+
+def client_settings(cfg: TrainConfig) -> ClientSettings:
+    return ClientSettings(
+        seed=cfg.seed,
+        env=cfg.env,
+        workers=cfg.workers,
+        clients=cfg.clients,
+        client_dynamics=cfg.client_dynamics,
+        cluster=cfg.cluster,
+        speed_sigma=cfg.speed_sigma,
+        straggler_fraction=cfg.straggler_fraction,
+        straggler_slowdown=cfg.straggler_slowdown,
+        client_uplink_mbps=cfg.client_uplink_mbps,
+        client_downlink_mbps=cfg.client_downlink_mbps,
+        client_link_sigma=cfg.client_link_sigma,
+        client_dropout=cfg.client_dropout,
+        client_availability=cfg.client_availability,
+        step_cost_s=cfg.step_cost_s,
+        task_overhead_s=cfg.task_overhead_s,
+        jitter_sigma=cfg.jitter_sigma,
+    )
+
+
+def normalization_settings(cfg: TrainConfig) -> NormalizationSettings:
+    return NormalizationSettings(
+        cfg.normalize_obs, cfg.normalize_reward, cfg.obs_clip, cfg.reward_clip, cfg.gamma
+    )
+
+
+def worker_settings(cfg: TrainConfig) -> WorkerSettings:
+    return WorkerSettings(
+        algo=algo_settings(cfg),
+        env=cfg.env,
+        envs_per_worker=cfg.envs_per_worker,
+        rollout_steps=cfg.rollout_steps,
+        seed=cfg.seed,
+        envs=env_settings(cfg),
+        normalization=normalization_settings(cfg),
+        codec=cfg.codec,
+        topk_ratio=cfg.topk_ratio,
+        error_feedback=cfg.error_feedback,
+        clients=client_settings(cfg) if cfg.client_dynamics != "iid" else None,
+        local_max_grad_norm=cfg.max_grad_norm,
+        local_rmsprop_alpha=cfg.rmsprop_alpha,
+    )
+
+
+def server_settings(cfg: TrainConfig) -> ServerSettings:
+    # The target network is the algorithm's business: only one that bootstraps from a
+    # target copy (n-step Q) gets a refresh period.
+    target = ALGORITHMS[cfg.algo].target_network if cfg.algo in ALGORITHMS else False
+    return ServerSettings(
+        optimizer=cfg.optimizer,
+        lr=cfg.lr,
+        lr_schedule=cfg.lr_schedule,
+        max_grad_norm=cfg.max_grad_norm,
+        adam_eps=cfg.adam_eps,
+        rmsprop_alpha=cfg.rmsprop_alpha,
+        server_momentum=cfg.server_momentum,
+        server_beta1=cfg.server_beta1,
+        server_beta2=cfg.server_beta2,
+        normalize_obs=cfg.normalize_obs,
+        target_every=cfg.target_every if target else 0,
+    )
+
+
+def eval_settings(cfg: TrainConfig) -> EvalSettings:
+    final = tuple(
+        (evaluation.run, evaluation.settings(cfg) if evaluation.settings else cfg)
+        for evaluation in final_evaluations()
+        if evaluation.applies(cfg)
+    )
+    return EvalSettings(
+        algo=algo_settings(cfg),
+        env=cfg.env,
+        seed=cfg.seed,
+        eval_episodes=cfg.eval_episodes,
+        obs_clip=cfg.obs_clip,
+        envs=env_settings(cfg),
+        final=final,
+    )
+
+
+def runtime_settings(cfg: TrainConfig) -> RuntimeSettings:
+    return RuntimeSettings(
+        runtime=cfg.runtime,
+        workers=cfg.workers,
+        seed=cfg.seed,
+        server=server_settings(cfg),
+        clock=ClockSettings(
+            cluster=cfg.cluster,
+            step_cost_s=cfg.step_cost_s,
+            task_overhead_s=cfg.task_overhead_s,
+            speed_sigma=cfg.speed_sigma,
+            straggler_fraction=cfg.straggler_fraction,
+            straggler_slowdown=cfg.straggler_slowdown,
+            jitter_sigma=cfg.jitter_sigma,
+            bandwidth_mbps=cfg.bandwidth_mbps,
+        ),
+        codec=cfg.codec,
+        lock_free=cfg.lock_free,
+        torch_threads=cfg.torch_threads,
+        inject_worker_faults=cfg.inject_worker_faults,
+        ray_address=cfg.ray_address,
+    )
+
+
+def _scheduler_args(cfg: TrainConfig) -> object:
+    # A built-in's own flat fields; a user scheduler's --scheduler-arg values.
+    if cfg.scheduler == "bounded":
+        return BoundedSettings(cfg.staleness_bound, cfg.staleness_aware_lr)
+    if cfg.scheduler == "hybrid":
+        return ActorLearnerSettings(cfg.learner_batch, cfg.max_policy_lag)
+    if cfg.scheduler == "fedavg":
+        return FedAvgSettings(cfg.client_fraction, cfg.round_deadline_s, cfg.late_policy)
+    if cfg.scheduler in ("sync", "async"):
+        return None
+    return dict(cfg.scheduler_args)
+
+
+def scheduler_settings(cfg: TrainConfig) -> SchedulerSettings:
+    return SchedulerSettings(
+        name=cfg.scheduler,
+        workers=cfg.workers,
+        seed=cfg.seed,
+        clients=client_settings(cfg),
+        args=_scheduler_args(cfg),
+    )
+
+
+def tracking_settings(cfg: TrainConfig) -> TrackingSettings:
+    profile = cfg.runtime == "serial" and is_profile_path(cfg.cluster)
+    return TrackingSettings(
+        total_env_steps=cfg.total_env_steps,
+        label=f"{cfg.scheduler}/{cfg.env}",
+        progress=cfg.progress,
+        track=cfg.track,
+        wandb_project=cfg.wandb_project,
+        wandb_group=cfg.exp_name or cfg.env,
+        wandb_job_type=cfg.scheduler,
+        wandb_tags=(cfg.scheduler, cfg.runtime, cfg.algo),
+        config=cfg.to_dict(),
+        cluster_profile=cfg.cluster if profile else None,
+    )
+
+
+# --- components built from the config (train(), calibrate, notebooks and tests) -------------
+
+
+def worker_pool(cfg: TrainConfig, info: EnvInfo) -> WorkerPool:
+    """The run's worker pool: K edge clients when ``clients`` is set, else its workers."""
+    clients = client_settings(cfg) if cfg.clients is not None else None
+    return make_pool(worker_settings(cfg), info, cfg.workers, clients)
+
+
+def global_model(
+    cfg: TrainConfig,
+    params: torch.Tensor,
+    obs_shape: int | tuple[int, ...] = 0,
+    device: str | torch.device = "cpu",
+) -> GlobalModel:
+    return build_global_model(server_settings(cfg), params, obs_shape, device)
+
+
+def evaluator(
+    cfg: TrainConfig, info: EnvInfo, obs_stats: GlobalObsStats | None = None
+) -> Evaluator:
+    return Evaluator(eval_settings(cfg), info, obs_stats=obs_stats)
+
+
+__all__ = [
+    "algo_settings",
+    "client_settings",
+    "env_settings",
+    "eval_settings",
+    "evaluator",
+    "global_model",
+    "normalization_settings",
+    "ppo_settings",
+    "runtime_settings",
+    "scheduler_settings",
+    "server_settings",
+    "tracking_settings",
+    "worker_pool",
+    "worker_settings",
+]
