@@ -72,11 +72,12 @@ def scaling_table(args: argparse.Namespace) -> None:
 
 def learner_rate(algo: str, device: str, args: argparse.Namespace) -> tuple[float, float]:
     """(frames learned per second, learner directions per second) of one learner."""
-    from hybrid.core.global_model import build_global_model
-    from hybrid.core.loop import initial_params, learner_device, make_learner, make_scheduler
+    from hybrid.assembly import global_model, scheduler_settings, worker_settings
+    from hybrid.core.loop import initial_params, learner_device, make_learner
     from hybrid.core.worker import Worker
     from hybrid.envs import describe
     from hybrid.protocol import CollectExperience, Step
+    from hybrid.schedulers import make_scheduler
 
     cfg = TrainConfig(
         env="ALE/Pong-v5",
@@ -93,11 +94,11 @@ def learner_rate(algo: str, device: str, args: argparse.Namespace) -> tuple[floa
     cfg.validate()
     torch.set_num_threads(args.threads)
     info = describe(cfg.env)
-    where = learner_device(cfg, info, make_scheduler(cfg))
-    model = build_global_model(cfg, initial_params(cfg, info), info.obs_stats_shape, where)
+    where = learner_device(cfg, info, make_scheduler(scheduler_settings(cfg)))
+    model = global_model(cfg, initial_params(cfg, info), info.obs_stats_shape, where)
     assert model.device.type == device, (model.device, device)
     learner = make_learner(cfg, info, CollectExperience).to(model.device)
-    actor = Worker(0, cfg, info)
+    actor = Worker(0, worker_settings(cfg), info)
     snapshot = model.snapshot(CollectExperience())
     batch = [actor.run_task(snapshot).payload for _ in range(args.batch)]
     actor.runner.close()

@@ -33,6 +33,7 @@ import torch
 import hybrid
 from hybrid import Callback, TrainConfig
 from hybrid.envs import describe
+from hybrid.assembly import runtime_settings, worker_pool
 from hybrid.runtimes.serial import SerialRuntime
 
 workers, updates, what = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -46,10 +47,11 @@ cfg = TrainConfig(env="CartPole-v1", scheduler="async", workers=workers, envs_pe
                   rollout_steps=5, progress=False, eval_every=10**9, stop_when_solved=False)
 if what == "memory":
     info = describe(cfg.env)
-    SerialRuntime(cfg.replace(workers=8), info)  # imports and first-use allocations
+    small = cfg.replace(workers=8)
+    SerialRuntime(runtime_settings(small), info, worker_pool(small, info))  # first-use costs
     gc.collect()
     before = rss()
-    runtime = SerialRuntime(cfg, info)
+    runtime = SerialRuntime(runtime_settings(cfg), info, worker_pool(cfg, info))
     gc.collect()
     print(json.dumps({"bytes_per_worker": (rss() - before) / workers}))
 else:
