@@ -77,15 +77,17 @@ def parse_train_args(argv: Sequence[str]) -> TrainConfig:
     """Parse flags into a TrainConfig; a parse error becomes a one-line ConfigError."""
     import tyro
 
-    if any(a in ("-h", "--help") for a in argv):
-        return tyro.cli(TrainConfig, args=list(argv), prog="hybrid train")
     argv = gather_scheduler_args(normalize_bool_flags(argv))
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
             return tyro.cli(TrainConfig, args=argv, prog="hybrid train")
-    except SystemExit:
-        raise ConfigError(_one_line(captured.getvalue())) from None
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            raise ConfigError(_one_line(captured.getvalue())) from None
+    # -h / --help (as a flag, not as a flag's value, which is an error above): print the
+    # help again, uncaptured, at the terminal's width.
+    return tyro.cli(TrainConfig, args=argv, prog="hybrid train")
 
 
 def _one_line(tyro_message: str) -> str:

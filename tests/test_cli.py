@@ -102,6 +102,8 @@ def test_wandb_style_arguments(tmp_path):
         (["--lr", "0"], "lr"),
         (["--workers", "many"], "--workers"),
         (["--no-such-flag", "1"], "--no-such-flag"),
+        (["--workers", "-h"], "--workers"),  # -h as a flag's value is not a request for help
+        (["--scheduler-arg", "-h"], "scheduler_arg"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, field, tmp_path):
