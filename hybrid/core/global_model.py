@@ -115,9 +115,10 @@ class GlobalModel:
             direction = direction * (self.max_grad_norm / (norm + 1e-6))
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(progress) * step.lr_scale
-        self.param.grad = direction
-        self.optimizer.step()
-        self.param.grad = None
+        if not plain_step(self.optimizer, self.param, direction):
+            self.param.grad = direction
+            self.optimizer.step()
+            self.param.grad = None
         self.count_version()
         return norm
 
@@ -269,6 +270,60 @@ def initial_optimizer_state(
     if name in FEDOPT_RULES:
         return initial_fedopt_state(param, eps)
     raise ValueError(f"optimizer: unknown {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def plain_step(optimizer: torch.optim.Optimizer, param: torch.Tensor, grad: torch.Tensor) -> bool:
+    """One step of torch's single-tensor Adam or RMSProp on the one flat parameter, by the
+    very same tensor ops in the same order (the same bits), without ``Optimizer.step``'s
+    wrappers (profiler hooks, grad mode, dynamo checks): on a small model those cost as
+    much as the maths. Returns False, having done nothing, for any other optimizer or
+    option, which then takes ``optimizer.step()``."""
+    kind = type(optimizer)
+    if kind is not torch.optim.Adam and kind is not torch.optim.RMSprop:
+        return False
+    group = optimizer.param_groups[0]
+    if len(optimizer.param_groups) != 1 or len(group["params"]) != 1:
+        return False
+    if group["weight_decay"] or group["maximize"] or group["differentiable"]:
+        return False
+    if group.get("foreach") or group.get("fused") or group.get("capturable"):
+        return False
+    if grad.dtype != param.dtype or grad.device.type != "cpu" or param.is_complex():
+        return False
+    state = optimizer.state[group["params"][0]]
+    lr, eps = group["lr"], group["eps"]
+    with torch.no_grad():
+        if kind is torch.optim.Adam:
+            if group["amsgrad"] or group.get("decoupled_weight_decay"):
+                return False
+            beta1, beta2 = group["betas"]
+            if not state:  # what Adam's first step creates
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(
+                    param, memory_format=torch.preserve_format
+                )
+            step_t, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+            step_t += 1
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            step = step_t.item()
+            step_size = lr / (1 - beta1**step)
+            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+            param.addcdiv_(exp_avg, denom, value=-step_size)
+            return True
+        if group["centered"] or group["momentum"]:
+            return False
+        alpha = group["alpha"]
+        if not state:  # what RMSProp's first step creates
+            state["step"] = torch.tensor(0.0)
+            state["square_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        state["step"] += 1
+        square_avg = state["square_avg"]
+        square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+        param.addcdiv_(grad, square_avg.sqrt().add_(eps), value=-lr)
+    return True
 
 
 def params_sha256(params: torch.Tensor) -> str:
