@@ -211,9 +211,7 @@ def a2c_group_gradients(
             critic_out = tanh_mlp([(p[w], p[b]) for w, b in critic_layers], x)
             actor_out = tanh_mlp([(p[w], p[b]) for w, b in actor_layers], x[: T * E])
         else:
-            critic = {
-                n.removeprefix("critic."): v for n, v in p.items() if n.startswith("critic.")
-            }
+            critic = {n.removeprefix("critic."): v for n, v in p.items() if n.startswith("critic.")}
             actor = {n.removeprefix("actor."): v for n, v in p.items() if n.startswith("actor.")}
             critic_out = functional_call(model.critic, critic, (x,))
             actor_out = functional_call(model.actor, actor, (x[: T * E],))

@@ -300,9 +300,7 @@ def plain_step(optimizer: torch.optim.Optimizer, param: torch.Tensor, grad: torc
             if not state:  # what Adam's first step creates
                 state["step"] = torch.tensor(0.0)
                 state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(
-                    param, memory_format=torch.preserve_format
-                )
+                state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
             step_t, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
             step_t += 1
             exp_avg.lerp_(grad, 1 - beta1)
