@@ -14,7 +14,7 @@ from hybrid.algorithms.a2c import a2c_group_gradients, a2c_loss
 from hybrid.algorithms.rollout import EnvRunner, make_runner
 from hybrid.clients import apply_client_dynamics
 from hybrid.codecs import make_codec
-from hybrid.core.global_model import make_optimizer
+from hybrid.core.global_model import make_optimizer, plain_step
 from hybrid.envs import EnvInfo, make_vector_env
 from hybrid.nets import ActorCritic, FlatParams
 from hybrid.normalization import OBS_MEAN, OBS_VAR, NormalizationSettings, ObsNormalizer
@@ -185,7 +185,8 @@ class Worker:
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             if task.prox_mu > 0:
                 stats["losses/prox_drift"] = add_proximal_gradient(params, anchor, task.prox_mu)
-            optimizer.step()
+            if not plain_step(optimizer):  # the same bits, without step()'s wrappers
+                optimizer.step()
             env_steps += rollout.env_steps
             returns += rollout.episode_returns
             lengths += rollout.episode_lengths

@@ -74,6 +74,7 @@ class SerialRuntime:
         # not with the number of clients.
         self.on_demand = not self.pool.persistent
         self.workers = [] if self.on_demand else self._build_workers(self.pool)
+        self._client_models: list[Any] = []  # one network lent to every client (run one at a time)
         self.cost = CostModel(cfg)
         self.client_cost = self.pool.cost_model()
         self.clock = 0.0
@@ -111,7 +112,7 @@ class SerialRuntime:
 
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
         if self.on_demand:
-            update = self.pool.run(worker_id, snapshot)
+            update = self.pool.run(worker_id, snapshot, self._client_models)
         else:
             update = self.workers[worker_id].run_task(snapshot)
         self._schedule(worker_id, snapshot, update)
