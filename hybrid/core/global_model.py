@@ -334,7 +334,9 @@ def plain_step(
             return False
     with torch.no_grad():
         for p, g in pairs:
-            _PLAIN_OPTIMIZERS[kind](group, optimizer.state[p], p, g)
+            # torch's SGD without momentum makes no state entry; reading the defaultdict would
+            state = optimizer.state[p] if kind is not torch.optim.SGD else {}
+            _PLAIN_OPTIMIZERS[kind](group, state, p, g)
     return True
 
 
