@@ -171,9 +171,18 @@ class Worker:
         # Views of θ_global shaped like each parameter; the snapshot is shared, only read.
         chunks = snapshot.params.split([p.numel() for p in params])
         anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
+        # Adam and SGD act coordinate by coordinate, so one step over the flat vector is the
+        # per-parameter step bit for bit, in one set of ops instead of one per parameter. Only
+        # where every parameter is in every step's loss (an actor-critic): torch skips a
+        # parameter without a gradient, which the flat step cannot.
+        flat_step = type(self.model) is ActorCritic and task.optimizer in ("adam", "sgd")
         # Not cfg.adam_eps: that is the server's (FedOpt's tau, often 1e-3 or more).
         optimizer = make_optimizer(
-            task.optimizer, params, task.lr, LOCAL_ADAM_EPS, cfg.rmsprop_alpha
+            task.optimizer,
+            [self.flat.flat] if flat_step else params,
+            task.lr,
+            LOCAL_ADAM_EPS,
+            cfg.rmsprop_alpha,
         )
         env_steps, returns, lengths = 0, [], []
         totals: dict[str, float] = {}
@@ -186,7 +195,14 @@ class Worker:
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             if task.prox_mu > 0:
                 stats["losses/prox_drift"] = add_proximal_gradient(params, anchor, task.prox_mu)
-            if not plain_step(optimizer):  # the same bits, without step()'s wrappers
+            # plain_step: the same bits as optimizer.step(), without its wrappers
+            if flat_step:
+                grad = self.flat.grad()
+                if not plain_step(optimizer, self.flat.flat, grad):
+                    self.flat.flat.grad = grad
+                    optimizer.step()
+                    self.flat.flat.grad = None
+            elif not plain_step(optimizer):
                 optimizer.step()
             env_steps += rollout.env_steps
             returns += rollout.episode_returns
