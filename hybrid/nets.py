@@ -109,7 +109,7 @@ class ActorCritic(nn.Module):
     def _actor_no_grad(self, obs: torch.Tensor) -> torch.Tensor:
         if self._acting_layers is None:
             return self.actor(obs)
-        return _tanh_mlp(self._acting_layers, obs)
+        return tanh_mlp(self._acting_layers, obs)
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.actor(obs)
@@ -121,7 +121,7 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         if self._critic_layers is None:
             return self.critic(obs).squeeze(-1)
-        return _tanh_mlp(self._critic_layers, obs).squeeze(-1)
+        return tanh_mlp(self._critic_layers, obs).squeeze(-1)
 
     def act_with_log_prob(
         self, obs: torch.Tensor, generator: torch.Generator
@@ -188,7 +188,7 @@ def _plain_layers(net: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]] | N
     return [(m.weight, m.bias) for m in net if isinstance(m, nn.Linear)]
 
 
-def _tanh_mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
+def tanh_mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
     """``mlp``'s forward pass without nn.Module's per-call machinery."""
     last = len(layers) - 1
     for i, (weight, bias) in enumerate(layers):

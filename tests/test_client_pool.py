@@ -83,6 +83,24 @@ def test_an_edge_client_gives_the_same_delta_wherever_it_is_built():
     assert not torch.equal(first.payload, later.payload)  # a later round draws afresh
 
 
+def test_clients_that_borrow_one_network_give_the_same_deltas():
+    """A runtime running one task at a time lends the first client's network to the next
+    ones (``models``): each loads the snapshot into it, so the Δs are those of clients
+    that built their own."""
+    cfg = TrainConfig(scheduler="fedavg", clients=50, local_steps=2, client_dynamics="gravity")
+    info = describe(cfg.env)
+    theta = initial_params(cfg, info)
+    snapshot = Snapshot(theta, 4, task=make_task(TrainLocally, cfg))
+    own = EdgeClients(worker_settings(cfg), info, client_settings(cfg))
+    lending, models = EdgeClients(worker_settings(cfg), info, client_settings(cfg)), []
+    for client in (17, 3, 17, 40):
+        expected = own.run(client, snapshot)
+        borrowed = lending.run(client, snapshot, models)
+        assert torch.equal(borrowed.payload, expected.payload)
+        assert borrowed.stats == expected.stats
+        assert len(models) == 1  # built once, by the first client
+
+
 @pytest.fixture(scope="module")
 def serial_thousand(tmp_path_factory):
     """The reference: 1,000 clients on the serial runtime's virtual clock."""

@@ -8,7 +8,7 @@ from torch.func import functional_call, grad, vmap
 
 from hybrid.algorithms.rollout import Rollout
 from hybrid.algorithms.vtrace import nstep_returns, vtrace
-from hybrid.nets import ActorCritic
+from hybrid.nets import ActorCritic, tanh_mlp
 
 
 def gae(
@@ -194,6 +194,11 @@ def a2c_group_gradients(
 
     names = [name for name, _ in model.named_parameters()]
     params = {name: p.detach() for name, p in model.named_parameters()}
+    # The MLPs' (weight, bias) names, layer by layer: the loss runs nets.tanh_mlp's ops on
+    # them directly (the same ops as the modules, the same numbers), because under vmap
+    # functional_call's module machinery costs more than the tiny layers themselves.
+    actor_layers = _linear_names(model.actor, "actor.")
+    critic_layers = _linear_names(model.critic, "critic.")
 
     def loss(
         p: dict[str, torch.Tensor],
@@ -202,10 +207,16 @@ def a2c_group_gradients(
         advantages: torch.Tensor,
         returns: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        critic = {n.removeprefix("critic."): v for n, v in p.items() if n.startswith("critic.")}
-        actor = {n.removeprefix("actor."): v for n, v in p.items() if n.startswith("actor.")}
-        values = functional_call(model.critic, critic, (x,)).squeeze(-1)[: T * E]
-        logits = torch.log_softmax(functional_call(model.actor, actor, (x[: T * E],)), -1)
+        if actor_layers is not None and critic_layers is not None:
+            critic_out = tanh_mlp([(p[w], p[b]) for w, b in critic_layers], x)
+            actor_out = tanh_mlp([(p[w], p[b]) for w, b in actor_layers], x[: T * E])
+        else:
+            critic = {n.removeprefix("critic."): v for n, v in p.items() if n.startswith("critic.")}
+            actor = {n.removeprefix("actor."): v for n, v in p.items() if n.startswith("actor.")}
+            critic_out = functional_call(model.critic, critic, (x,))
+            actor_out = functional_call(model.actor, actor, (x[: T * E],))
+        values = critic_out.squeeze(-1)[: T * E]
+        logits = torch.log_softmax(actor_out, -1)
         logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.exp() * logits).sum(-1).mean()
         policy_loss = -(advantages * logp).mean()
@@ -222,3 +233,17 @@ def a2c_group_gradients(
         for a in aux
     ]
     return flat, stats
+
+
+def _linear_names(net: torch.nn.Module, prefix: str) -> list[tuple[str, str]] | None:
+    """The (weight, bias) parameter names of a tanh MLP's linear layers, in order, or None
+    for any other network."""
+    if not isinstance(net, torch.nn.Sequential) or not all(
+        isinstance(m, torch.nn.Linear | torch.nn.Tanh) for m in net
+    ):
+        return None
+    return [
+        (f"{prefix}{i}.weight", f"{prefix}{i}.bias")
+        for i, m in enumerate(net)
+        if isinstance(m, torch.nn.Linear)
+    ]

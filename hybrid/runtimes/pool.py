@@ -46,8 +46,10 @@ class WorkerPool(Protocol):
         workers that run one at a time in one process share a network."""
         ...
 
-    def run(self, worker_id: int, snapshot: Snapshot) -> Update:
-        """Build worker ``worker_id`` for this task, run it and release it (on-demand pools)."""
+    def run(self, worker_id: int, snapshot: Snapshot, models: list[Any] | None = None) -> Update:
+        """Build worker ``worker_id`` for this task, run it and release it (on-demand pools).
+        ``models``: a list kept by a caller whose tasks run one at a time (see
+        ``EdgeClients.run``)."""
         ...
 
     def cost_model(self) -> Any:
@@ -71,7 +73,7 @@ class PersistentWorkers:
     def build(self, worker_id: int, incarnation: int = 0, shared_model: Any = None) -> Worker:
         return Worker(worker_id, self.settings, self.info, incarnation, shared_model=shared_model)
 
-    def run(self, worker_id: int, snapshot: Snapshot) -> Update:
+    def run(self, worker_id: int, snapshot: Snapshot, models: list[Any] | None = None) -> Update:
         raise RuntimeError("persistent workers keep their state: run tasks on the built worker")
 
     def cost_model(self) -> None:
@@ -96,9 +98,19 @@ class EdgeClients:
         # The worker applies the client's env variant (client_dynamics) from its id.
         return Worker(worker_id, self.settings, self.info, incarnation, shared_model=shared_model)
 
-    def run(self, worker_id: int, snapshot: Snapshot) -> Update:
+    def run(self, worker_id: int, snapshot: Snapshot, models: list[Any] | None = None) -> Update:
+        """Client ``worker_id``'s task. ``models``: a list that a caller running one task at a
+        time keeps between tasks: the first client's network is kept there and lent to the
+        next clients, which load the snapshot into it, instead of each building (and
+        randomly initializing) a network that the snapshot overwrites anyway: that cost
+        as much as the client's whole local step. Every draw that shapes a run comes from
+        its own seeded generator, none from torch's global one that an initialization
+        consumes, so lending the network changes no result."""
         # Seeded by (client, version): the same task gives the same Δ on every executor.
-        client = self.build(worker_id, incarnation=max(snapshot.version, 0))
+        shared = models[0] if models else None
+        client = self.build(worker_id, incarnation=max(snapshot.version, 0), shared_model=shared)
+        if models is not None and not models and client.shares_model:
+            models.append((client.model, client.flat))
         try:
             return client.run_task(snapshot)
         finally:

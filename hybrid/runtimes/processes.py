@@ -228,6 +228,7 @@ def _worker_main(
             warm_up(client)
             client.close()
         local = torch.empty_like(theta)
+        client_models: list[Any] = []  # edge clients run here one at a time: one network
         meta_np = meta.numpy()  # a view of the same shared words
         applied_np = applied.numpy()
         read_at = 0  # Hogwild!: updates written to θ when this task read it
@@ -249,7 +250,7 @@ def _worker_main(
             if worker is not None:
                 update = worker.run_task(snapshot)
             else:  # an edge client's task: built here, from its id, and released
-                update = pool.run(client_id, snapshot)
+                update = pool.run(client_id, snapshot, client_models)
             record = update_record(update)
             payload = update.payload
             record["in_slot"] = (
