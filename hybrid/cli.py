@@ -50,9 +50,23 @@ def train_command(argv: Sequence[str]) -> int:
     print(
         f"{result.run_dir}: {solved}; final eval return {s['final_eval_return']:.1f}; "
         f"{s['env_steps']:,} env steps in {s['train_wall_s']:.1f} s "
-        f"({s['env_steps_per_s']:,.0f}/s); staleness mean {s['staleness_mean']:.2f}"
+        f"({s['env_steps_per_s']:,.0f}/s); staleness mean {s['staleness_mean']:.2f}; "
+        f"{defaults_note(result.config)}"
     )
     return 0
+
+
+def defaults_note(cfg: TrainConfig) -> str:
+    """Which defaults of hybrid/defaults.py the run got (config.json has their values)."""
+    if cfg.env_defaults is not True:
+        return "env defaults off"
+    from hybrid.defaults import defaults_for
+
+    try:
+        source = defaults_for(cfg.env, cfg)[0]
+    except ConfigError:
+        return "env defaults: none"
+    return f"env defaults: {source}"
 
 
 def compare_command(argv: Sequence[str]) -> int:

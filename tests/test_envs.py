@@ -21,7 +21,7 @@ from hybrid.checkpoint import list_checkpoints
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel
 from hybrid.core.worker import Worker
-from hybrid.defaults import ENV_DEFAULTS, apply_env_defaults
+from hybrid.defaults import DISCRETE_A2C, ENV_DEFAULTS, apply_env_defaults
 from hybrid.envs import describe, make_env, make_vector_env, parse_wrappers, register_env
 from hybrid.nets import ActorCritic, NatureCNN
 from hybrid.normalization import RewardScaler, RunningMeanStd
@@ -55,7 +55,8 @@ def test_env_defaults_fill_only_fields_left_at_the_global_default():
     assert cfg.gamma == table["gamma"] and cfg.normalize_obs is True  # left alone: the env's
     untouched = apply_env_defaults(TrainConfig(env="Pendulum-v1", env_defaults=False))
     assert untouched == TrainConfig(env="Pendulum-v1", env_defaults=False)
-    assert apply_env_defaults(TrainConfig()) == TrainConfig()  # CartPole has no entry
+    # CartPole has no entry of its own: it gets the classic-control family's (issue 18)
+    assert apply_env_defaults(TrainConfig()) == TrainConfig().replace(**DISCRETE_A2C)
     kept = apply_env_defaults(TrainConfig(env="Pendulum-v1"), keep={"workers"})
     assert kept.workers == TrainConfig().workers and kept.gamma == 0.9
 
@@ -145,9 +146,9 @@ def test_a_registered_factory_trains_and_each_env_is_its_own_instance(tmp_path):
     calls.clear()
     cfg = _small(tmp_path, "short-cartpole", envs_per_worker=2, total_env_steps=400)
     result = hybrid.train(cfg)
-    # every worker builds its own envs, one factory call each (plus describe's probe and
-    # the evaluator's)
-    assert len(calls) == 1 + 2 * 2 + 1
+    # every worker builds its own envs, one factory call each (plus describe's probe, the
+    # evaluator's, and the env defaults' probe of the spaces: the id has no family)
+    assert len(calls) == 1 + 2 * 2 + 1 + 1
     rows = [r for r in result.metrics("train") if "charts/episodes" in r]
     lengths = [r["charts/episode_length"] for r in rows]
     assert lengths and max(lengths) <= 20
