@@ -27,21 +27,23 @@ import gymnasium as gym
 
 from hybrid.config import ConfigError, TrainConfig
 
-TUNED_WORKERS, TUNED_ENVS = 2, 4
-
 # --- recipes: one per kind of task -------------------------------------------------------
 
 # Discrete control with small observations (CartPole, Acrobot, MountainCar): A2C with SB3 /
-# rl-zoo's CartPole-v1 settings (RMSprop 7e-4, ent_coef 0, gae_lambda 1), and its batch of
-# 40 env steps per update split over TUNED_WORKERS workers; benchmarks/tune_cartpole.py
-# is the sweep that chose them.
+# rl-zoo's CartPole-v1 settings (8 envs x 5 steps, RMSprop, ent_coef 0, gae_lambda 1, clip
+# 0.5) but lr 1e-3, the 8 envs stepped by 2 workers x 4. benchmarks/tune_cartpole.py is the
+# sweep (CartPole-v1, 10 seeds, median env steps to solve, sync / async): rl-zoo's lr 7e-4
+# took 13,750 / 7,500, 1e-3 10,000 / 12,500; with rl-zoo's settings 4 workers x 2 envs took
+# 15,000 under sync, 4 x 1 30,000 under async (staler gradients), 2 x 2 11,250 / 12,500
+# with an async seed unsolved at 60k. Fewer workers than the global 8: async's staleness
+# grows with them, and sync and async share these defaults.
 DISCRETE_A2C: dict[str, Any] = {
     "algo": "a2c",
-    "workers": TUNED_WORKERS,
-    "envs_per_worker": TUNED_ENVS,
+    "workers": 2,
+    "envs_per_worker": 4,
     "rollout_steps": 5,
     "optimizer": "rmsprop",
-    "lr": 7e-4,
+    "lr": 1e-3,
     "ent_coef": 0.0,
     "gae_lambda": 1.0,
     "max_grad_norm": 0.5,
@@ -108,16 +110,25 @@ ATARI_A2C: dict[str, Any] = {
     "log_every": 10_000,
 }
 
-# MPE episodes are 25 steps: one rollout per episode, 16 envs a worker so the forward pass is
-# batched and PPO's epochs are paid once per 400 joint steps (with 4 envs, training ran at
-# ~50% of the raw env rate, with 16 at ~62%), and gamma 0.95 (with 0.99 a truncated episode
-# bootstraps ~100 steps ahead and the critic, which cannot see the time left, learns values
-# that pull the policy off the landmarks before it recovers).
+# MPE (PettingZoo): MAPPO as in Yu et al. 2022's MPE runs (a centralized critic, 10 PPO
+# epochs over each rollout, value normalization), the Δ of each worker's PPO applied by a
+# plain SGD server at lr 1. Episodes are 25 steps: one rollout per episode, 16 envs a worker
+# so the forward pass is batched and PPO's epochs are paid once per 400 joint steps (with 4
+# envs, training ran at ~50% of the raw env rate, with 16 at ~62%); 2 workers, as a sync
+# round averages the workers' Δs and fewer make more rounds in a budget
+# (benchmarks/multiagent_bench.py). gamma 0.95: with 0.99 a truncated episode bootstraps
+# ~100 steps ahead and the critic, which cannot see the time left, learns values that pull
+# the policy off the landmarks before it recovers. (A2C with CartPole's 8 x 2 x 5 did not
+# learn at all on an mpe2 task in 300k joint steps.)
 MPE: dict[str, Any] = {
-    "rollout_steps": 25,
+    "algo": "mappo",
+    "workers": 2,
     "envs_per_worker": 16,
+    "rollout_steps": 25,
     "gamma": 0.95,
     "gae_lambda": 0.95,
+    "optimizer": "sgd",
+    "lr": 1.0,
 }
 
 # --- families ------------------------------------------------------------------------------
@@ -129,6 +140,9 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "mujoco": (CONTINUOUS_PPO, CONTINUOUS_PPO),
     "atari": (ATARI_A2C, ATARI_A2C),
     "mpe": (MPE, MPE),
+    # Another PettingZoo package: its spaces say nothing about its episodes or its agents'
+    # task, and no run has measured one, so the global defaults stay (set algo and sizes).
+    "pettingzoo": ({}, {}),
 }
 """Defaults per env family; an id of no family gets the recipe its spaces call for."""
 
@@ -190,13 +204,16 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def family_of(env_id: str) -> str | None:
     """The family of ``env_id`` as far as its name and Gymnasium's registry tell, without
-    building the env: classic_control, box2d, mujoco, atari or mpe; None when neither does
-    (a registered factory, highway-env, another PettingZoo package)."""
+    building the env: classic_control, box2d, mujoco, atari, mpe or pettingzoo (another
+    PettingZoo package); None when neither does (a registered factory, highway-env)."""
     if env_id.startswith("mpe2/"):
         return "mpe"
     if env_id.startswith("ALE/"):
         return "atari"
-    from hybrid.envs import ensure_registered
+    from hybrid.envs import ensure_registered, is_multiagent_id
+
+    if is_multiagent_id(env_id):
+        return "pettingzoo"
 
     try:
         ensure_registered(env_id)  # imports a plug-in package (highway_env), builds nothing

@@ -52,6 +52,7 @@ def no_env_built(monkeypatch):
         ("ALE/Breakout-v5", "atari"),
         ("mpe2/simple_spread_v3", "mpe"),
         ("mpe2/simple_reference_v3", "mpe"),
+        ("pettingzoo.butterfly/pistonball_v6", "pettingzoo"),
         ("no-such-env-v0", None),
     ],
 )
@@ -127,9 +128,18 @@ def test_a_field_you_set_stays_yours_under_a_family():
 
 
 def test_every_recipe_is_a_valid_config_for_its_family():
-    for recipes in FAMILIES.values():
-        for recipe in recipes:
-            TrainConfig(**recipe).validate()  # unknown fields raise TypeError
+    examples = {  # family: (an id with discrete actions, one with continuous actions)
+        "classic_control": ("CartPole-v1", "Pendulum-v1"),
+        "box2d": ("LunarLander-v3", "BipedalWalker-v3"),
+        "mujoco": ("HalfCheetah-v5", "HalfCheetah-v5"),
+        "atari": ("ALE/Pong-v5", "ALE/Pong-v5"),
+        "mpe": ("mpe2/simple_v3", "mpe2/simple_v3"),
+        "pettingzoo": ("mpe2/simple_v3", "mpe2/simple_v3"),
+    }
+    assert set(examples) == set(FAMILIES)
+    for family, recipes in FAMILIES.items():
+        for env, recipe in zip(examples[family], recipes, strict=True):
+            TrainConfig(env=env, **recipe).validate()  # unknown fields raise TypeError
     assert apply_env_defaults(TrainConfig(env="ALE/Pong-v5")).algo == "a2c"  # no extra needed
 
 
