@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hybrid.config import ConfigError, TrainConfig
-from hybrid.flags import OneLineParser, fail, parse_train_args
+from hybrid.flags import OneLineParser, fail, given_fields, parse_train_args
 
 __all__ = ["fail", "main", "parse_train_args"]
 
@@ -33,7 +33,8 @@ def train_command(argv: Sequence[str]) -> int:
 
     try:
         cfg = parse_train_args(argv)
-        result = train(cfg)
+        # the flags given are keywords: train() keeps them even at their global default
+        result = train(cfg, **{name: getattr(cfg, name) for name in given_fields(argv)})
     except ConfigError as exc:
         return fail("train", str(exc))
     except Interrupted as exc:

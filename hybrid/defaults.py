@@ -1,20 +1,33 @@
-"""Per-env defaults: one readable table, like rl-zoo's hyperparameter files.
+"""Defaults per env family, and per env id where an id needs more: readable tables, like
+rl-zoo's hyperparameter files.
+
+The families
+------------
+The family comes from the id, without building the env: ``mpe2/`` ids are MPE, ``ALE/``
+ids Atari, and Gymnasium's registry (``spec.entry_point``) names classic control, Box2D,
+MuJoCo and ale_py ids. Classic control and Box2D hold both discrete and continuous tasks,
+so there the action space picks the recipe (one probe of the env). An id of no family gets
+the recipe its spaces call for: image observations the Atari one, continuous actions the
+continuous-control one, otherwise the discrete-control one. ``ENV_DEFAULTS`` lists the
+ids that need more than their family, each saying why.
 
 The rule
 --------
 ``train()`` (and so the CLI) gives every field that is still at its **global
 default** (the value in ``TrainConfig``) the value listed here for the env. A
 field you set to anything else is yours and stays, and so is every keyword
-given to ``train(config, **overrides)``. A config field or CLI flag set to
-exactly its global default cannot be told apart from one left alone (e.g.
-``--workers 8`` on Pendulum-v1 gives 2 workers): pass it to ``train`` as a
-keyword, or use ``--no-env-defaults`` (``env_defaults=False``) to run with the
-global defaults throughout. ``config.json`` and ``Result.config`` record the
-values in effect, and a resumed run uses those, not this table.
+given to ``train(config, **overrides)`` and every flag given to ``hybrid train``
+(the CLI passes them as keywords). A config field set to exactly its global
+default cannot be told apart from one left alone (``TrainConfig(workers=8)`` on
+CartPole-v1 gives 2 workers): pass it to ``train`` as a keyword, or use
+``env_defaults=False`` (``--no-env-defaults``) to run with the global defaults
+throughout. ``config.json`` and ``Result.config`` record the values in effect, and a
+resumed run uses those, not these tables.
 
-The table never sets ``scheduler`` or ``runtime``: they are what a study varies.
+The tables never set ``scheduler`` or ``runtime``: they are what a study varies.
 
-Each entry says what it was tuned for; ``benchmarks/envs.py`` measures it.
+Each recipe says what it follows and what measured it (``benchmarks/tune_cartpole.py``,
+``benchmarks/cartpole.py``, ``benchmarks/envs.py``).
 """
 
 from __future__ import annotations

@@ -153,3 +153,17 @@ def test_classic_control_defaults_apply_to_an_unnamed_classic_control_id(tmp_pat
     stored = json.loads((result.run_dir / "config.json").read_text())
     for name, value in DISCRETE_A2C.items():
         assert stored[name] == value == getattr(result.config, name), name
+
+
+def test_a_flag_given_on_the_command_line_stays_even_at_its_global_default(tmp_path):
+    from hybrid.cli import main
+    from hybrid.flags import given_fields
+
+    argv = ["--workers", "8", "--no-stop-when-solved", "--scheduler-arg", "k=1", "--lr=0.001"]
+    assert given_fields(argv) == {"workers", "stop_when_solved", "scheduler_args", "lr"}
+    out = tmp_path / "run"
+    common = ["--total-env-steps", "80", "--eval-every", "1000000", "--eval-episodes", "1"]
+    assert main(["train", "--env", "Acrobot-v1", "--workers", "8", *common, "--out", str(out)]) == 0
+    stored = json.loads((out / "config.json").read_text())
+    assert stored["workers"] == 8  # given: kept, though 8 is the global default
+    assert stored["envs_per_worker"] == DISCRETE_A2C["envs_per_worker"]  # not given: family's
