@@ -289,12 +289,24 @@ def apply_env_defaults(cfg: TrainConfig, keep: Iterable[str] = ()) -> TrainConfi
     unknown = sorted(set(overrides) - set(globals_))
     if unknown:  # a typo in the tables above, not the user's fault: say where
         raise ConfigError(f"{unknown[0]}: unknown field in hybrid/defaults.py for {cfg.env}")
+    keep = set(keep)
+    recipe_algo = overrides.get("algo", cfg.algo)
+    chosen = "algo" in keep or not _same(cfg.algo, globals_["algo"])
+    if chosen and (recipe_algo in _DELTA_ALGOS) != (cfg.algo in _DELTA_ALGOS):
+        # You chose an algorithm whose workers send another payload than the recipe's: its
+        # server optimizer was chosen for that payload (PPO's Δ applied by SGD at lr 1 would
+        # be a gradient step of lr 1 for A2C), so the server optimizer stays the global one.
+        keep |= _SERVER_OPTIMIZER
     changes = {
         name: value
         for name, value in overrides.items()
         if name not in keep and _same(getattr(cfg, name), globals_[name])
     }
     return cfg.replace(**changes)
+
+
+_SERVER_OPTIMIZER = {"optimizer", "lr", "lr_schedule"}
+_DELTA_ALGOS = {"ppo", "mappo", "ippo"}  # their workers send Δ; a2c, nstep_q send gradients
 
 
 def apply_runtime_defaults(cfg: TrainConfig, keep: Iterable[str] = ()) -> TrainConfig:

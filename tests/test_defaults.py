@@ -167,3 +167,15 @@ def test_a_flag_given_on_the_command_line_stays_even_at_its_global_default(tmp_p
     stored = json.loads((out / "config.json").read_text())
     assert stored["workers"] == 8  # given: kept, though 8 is the global default
     assert stored["envs_per_worker"] == DISCRETE_A2C["envs_per_worker"]  # not given: family's
+
+
+def test_another_algorithm_than_the_recipes_keeps_the_global_server_optimizer():
+    # MPE's recipe applies MAPPO's Δ with SGD at lr 1; an A2C gradient must not get that step
+    a2c = apply_env_defaults(TrainConfig(env="mpe2/simple_v3"), keep={"algo"})  # --algo a2c
+    assert (a2c.algo, a2c.optimizer, a2c.lr) == ("a2c", TrainConfig().optimizer, TrainConfig().lr)
+    assert a2c.rollout_steps == MPE["rollout_steps"]  # the rest of the family's stays
+    ippo = apply_env_defaults(TrainConfig(env="mpe2/simple_v3", algo="ippo"))  # Δ too: SGD
+    assert (ippo.algo, ippo.optimizer, ippo.lr) == ("ippo", MPE["optimizer"], MPE["lr"])
+    ppo = apply_env_defaults(TrainConfig(env="Acrobot-v1", algo="ppo"))  # Δ, not A2C's gradient
+    assert (ppo.optimizer, ppo.lr) == (TrainConfig().optimizer, TrainConfig().lr)
+    assert ppo.workers == DISCRETE_A2C["workers"]
