@@ -135,7 +135,9 @@ run = results["async", SEEDS[0]]
 print(run.run_dir)
 print(sorted(p.name for p in run.run_dir.iterdir()))
 print(run.summary["final_params_sha256"])
-again = hybrid.train(run.config.replace(out=str(run.run_dir) + "-again"))
+# run.config holds the values in effect; env_defaults=False keeps them all (its 8 workers
+# equal the global default, which CartPole's family defaults would otherwise replace)
+again = hybrid.train(run.config.replace(out=str(run.run_dir) + "-again", env_defaults=False))
 assert again.summary["final_params_sha256"] == run.summary["final_params_sha256"]
 print("reproduced bit for bit")
 """),
