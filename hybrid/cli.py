@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hybrid.config import ConfigError, TrainConfig
-from hybrid.flags import OneLineParser, fail, parse_train_args
+from hybrid.flags import OneLineParser, fail, given_fields, parse_train_args
 
 __all__ = ["fail", "main", "parse_train_args"]
 
@@ -33,7 +33,8 @@ def train_command(argv: Sequence[str]) -> int:
 
     try:
         cfg = parse_train_args(argv)
-        result = train(cfg)
+        # the flags given are keywords: train() keeps them even at their global default
+        result = train(cfg, **{name: getattr(cfg, name) for name in given_fields(argv)})
     except ConfigError as exc:
         return fail("train", str(exc))
     except Interrupted as exc:
@@ -50,9 +51,23 @@ def train_command(argv: Sequence[str]) -> int:
     print(
         f"{result.run_dir}: {solved}; final eval return {s['final_eval_return']:.1f}; "
         f"{s['env_steps']:,} env steps in {s['train_wall_s']:.1f} s "
-        f"({s['env_steps_per_s']:,.0f}/s); staleness mean {s['staleness_mean']:.2f}"
+        f"({s['env_steps_per_s']:,.0f}/s); staleness mean {s['staleness_mean']:.2f}; "
+        f"{defaults_note(result.config)}"
     )
     return 0
+
+
+def defaults_note(cfg: TrainConfig) -> str:
+    """Which defaults of hybrid/defaults.py the run got (config.json has their values)."""
+    if cfg.env_defaults is not True:
+        return "env defaults off"
+    from hybrid.defaults import defaults_for
+
+    try:
+        source = defaults_for(cfg.env, cfg)[0]
+    except ConfigError:
+        return "env defaults: none"
+    return f"env defaults: {source}"
 
 
 def compare_command(argv: Sequence[str]) -> int:

@@ -90,6 +90,25 @@ def parse_train_args(argv: Sequence[str]) -> TrainConfig:
     return tyro.cli(TrainConfig, args=argv, prog="hybrid train")
 
 
+def given_fields(argv: Sequence[str]) -> set[str]:
+    """The TrainConfig fields whose flags ``argv`` gives (``--workers 8``, ``--workers=8``,
+    ``--no-track``, ``--scheduler-arg k=v``): a flag given stays the user's even when its
+    value is the global default, which hybrid/defaults.py would otherwise replace."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    given: set[str] = set()
+    for arg in argv:
+        if not arg.startswith("--"):
+            continue
+        name = re.split(r"[=.]", arg[2:], maxsplit=1)[0].replace("-", "_")
+        if name in ("scheduler_arg", "scheduler_args"):
+            name = "scheduler_args"
+        elif name not in fields and name.startswith("no_"):
+            name = name[3:]
+        if name in fields:
+            given.add(name)
+    return given
+
+
 def _one_line(tyro_message: str) -> str:
     # tyro draws a box: a title, a rule, the message, a rule, help. Keep the message.
     lines = [line.strip() for line in tyro_message.splitlines()]

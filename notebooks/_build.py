@@ -73,7 +73,9 @@ for scheduler in ["async", "sync"]:
     for seed in SEEDS:
         cfg = TrainConfig(scheduler=scheduler, seed=seed, total_env_steps=BUDGET,
                           out=f"runs/quickstart/{scheduler}-s{seed}", progress=False)
-        results[scheduler, seed] = hybrid.train(cfg)
+        # workers as a keyword: CartPole's family defaults would replace a config's 8 (the
+        # global default) with their 2; eight make async's staleness visible
+        results[scheduler, seed] = hybrid.train(cfg, workers=8)
         s = results[scheduler, seed].summary
         print(f"{scheduler:5s} seed {seed}: solved={s['solved']} at {s['env_steps_to_solve']} "
               f"env steps, eval {s['final_eval_return']:.0f}, {s['env_steps_per_s']:,.0f} steps/s")
@@ -133,7 +135,9 @@ run = results["async", SEEDS[0]]
 print(run.run_dir)
 print(sorted(p.name for p in run.run_dir.iterdir()))
 print(run.summary["final_params_sha256"])
-again = hybrid.train(run.config.replace(out=str(run.run_dir) + "-again"))
+# run.config holds the values in effect; env_defaults=False keeps them all (its 8 workers
+# equal the global default, which CartPole's family defaults would otherwise replace)
+again = hybrid.train(run.config.replace(out=str(run.run_dir) + "-again", env_defaults=False))
 assert again.summary["final_params_sha256"] == run.summary["final_params_sha256"]
 print("reproduced bit for bit")
 """),
@@ -194,7 +198,7 @@ for bound in BOUNDS:
                 seed=seed, total_env_steps=BUDGET, stop_when_solved=False, eval_every=4_000,
                 out=f"runs/staleness/s={bound}-aware={aware}-seed={seed}", progress=False,
             )
-            runs[bound, aware, seed] = hybrid.train(cfg)
+            runs[bound, aware, seed] = hybrid.train(cfg, workers=8)  # 8, not CartPole's 2
 print(len(runs), "runs")
 """),
     md("""
@@ -278,7 +282,7 @@ for name, extra in SCHEDULERS.items():
         cfg = TrainConfig(scheduler=name, seed=seed, total_env_steps=BUDGET,
                           cluster="heterogeneous", out=f"runs/compare/{name}-s{seed}",
                           progress=False, **extra)
-        result = hybrid.train(cfg)
+        result = hybrid.train(cfg, workers=8)  # a keyword: 8, not CartPole's default 2
         results.append(result)
         s = result.summary
         print(f"{name:8s} seed {seed}: eval {s['final_eval_return']:6.1f}  "
@@ -601,10 +605,10 @@ CANDIDATES = {
 results = []
 for name, extra in CANDIDATES.items():
     for seed in SEEDS:
-        cfg = TrainConfig(scheduler=name, seed=seed, total_env_steps=BUDGET, workers=8,
+        cfg = TrainConfig(scheduler=name, seed=seed, total_env_steps=BUDGET,
                           cluster="heterogeneous", eval_every=2_000, eval_episodes=3,
                           out=f"runs/own_scheduler/{name}-s{seed}", progress=False, **extra)
-        result = hybrid.train(cfg)
+        result = hybrid.train(cfg, workers=8)  # a keyword: 8, not CartPole's default 2
         results.append(result)
         s = result.summary
         print(f"{name:10s} seed {seed}: eval {s['final_eval_return']:6.1f}  "

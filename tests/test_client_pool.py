@@ -43,6 +43,7 @@ def _fedavg(clients: int, out: Path, **changes) -> TrainConfig:
         stop_when_solved=False,
         progress=False,
         out=str(out),
+        env_defaults=False,  # the rounds counted here assume TrainConfig's 2 envs a client
     ).replace(**changes)
 
 

@@ -108,9 +108,10 @@ def validate_only(monkeypatch):
     """Everything `train` checks before it builds a run, and nothing after."""
     calls = []
 
-    def fake_train(cfg):
+    def fake_train(cfg, **overrides):  # the CLI passes the flags it was given as keywords
         from hybrid.core.loop import check_config
 
+        cfg = cfg.replace(**overrides)
         check_config(cfg)  # validate, env, head, memory: all train checks before writing
         calls.append(cfg)
         raise SystemExit(0)

@@ -22,7 +22,7 @@ from hybrid.checkpoint import list_checkpoints
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel
 from hybrid.core.worker import Worker
-from hybrid.defaults import ENV_DEFAULTS, apply_env_defaults
+from hybrid.defaults import DISCRETE_A2C, ENV_DEFAULTS, apply_env_defaults
 from hybrid.envs import describe, make_env, make_vector_env, parse_wrappers, register_env
 from hybrid.nets import ActorCritic, NatureCNN
 from hybrid.normalization import RewardScaler, RunningMeanStd
@@ -56,7 +56,8 @@ def test_env_defaults_fill_only_fields_left_at_the_global_default():
     assert cfg.gamma == table["gamma"] and cfg.normalize_obs is True  # left alone: the env's
     untouched = apply_env_defaults(TrainConfig(env="Pendulum-v1", env_defaults=False))
     assert untouched == TrainConfig(env="Pendulum-v1", env_defaults=False)
-    assert apply_env_defaults(TrainConfig()) == TrainConfig()  # CartPole has no entry
+    # CartPole has no entry of its own: it gets the classic-control family's (issue 18)
+    assert apply_env_defaults(TrainConfig()) == TrainConfig().replace(**DISCRETE_A2C)
     kept = apply_env_defaults(TrainConfig(env="Pendulum-v1"), keep={"workers"})
     assert kept.workers == TrainConfig().workers and kept.gamma == 0.9
 
@@ -144,7 +145,11 @@ def test_a_registered_factory_trains_and_each_env_is_its_own_instance(tmp_path):
     info = describe("short-cartpole")
     assert info.reward_threshold == 19.0 and info.factory is factory
     calls.clear()
-    cfg = _small(tmp_path, "short-cartpole", envs_per_worker=2, total_env_steps=400)
+    # the sizes given here, not the discrete recipe's (2 envs a worker is also the global
+    # default, which the env defaults would replace), and no probe of the spaces for them
+    cfg = _small(
+        tmp_path, "short-cartpole", envs_per_worker=2, total_env_steps=400, env_defaults=False
+    )
     result = hybrid.train(cfg)
     # every worker builds its own envs, one factory call each (plus describe's probe and
     # the evaluator's)

@@ -631,7 +631,7 @@ RSS_SCRIPT = textwrap.dedent(
         scheduler="fedavg", clients=k, client_fraction=0.1, local_steps=1,
         client_dynamics="pole_length", total_env_steps=3 * m * 10, eval_every=10**9,
         eval_episodes=2, client_eval_clients=10, progress=False,
-        out=tempfile.mkdtemp() + "/run",
+        out=tempfile.mkdtemp() + "/run", env_defaults=False,  # 2 envs a client: 3 rounds
     )
     summary = hybrid.train(cfg).summary
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -707,6 +707,7 @@ def test_fedavg_on_ray_matches_serial(tmp_path):
         lr=1.0,
         client_dynamics="pole_length",
         total_env_steps=2 * 2 * 2 * 5 * 3,  # three rounds
+        env_defaults=False,  # ... of TrainConfig's 2 envs a client, not the family's 4
         eval_every=10**6,
         eval_episodes=2,
         client_eval_clients=2,

@@ -98,6 +98,7 @@ def test_sync_with_sgd_lr_1_applies_the_workers_local_ppo_result_exactly(tmp_pat
         eval_episodes=1,
         progress=False,
         out=str(tmp_path / "run"),
+        env_defaults=False,  # the worker below must run exactly this config
     )
     result = hybrid.train(cfg)
     assert result.summary["updates"] == 1
