@@ -52,7 +52,7 @@ def train_command(argv: Sequence[str]) -> int:
         f"{result.run_dir}: {solved}; final eval return {s['final_eval_return']:.1f}; "
         f"{s['env_steps']:,} env steps in {s['train_wall_s']:.1f} s "
         f"({s['env_steps_per_s']:,.0f}/s); staleness mean {s['staleness_mean']:.2f}; "
-        f"{defaults_note(result.config)}"
+        f"{defaults_note(cfg) if not cfg.resume else 'settings as recorded in config.json'}"
     )
     return 0
 

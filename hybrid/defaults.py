@@ -21,8 +21,8 @@ given to ``train(config, **overrides)`` and every flag given to ``hybrid train``
 default cannot be told apart from one left alone (``TrainConfig(workers=8)`` on
 CartPole-v1 gives 2 workers): pass it to ``train`` as a keyword, or use
 ``env_defaults=False`` (``--no-env-defaults``) to run with the global defaults
-throughout. ``config.json`` and ``Result.config`` record the values in effect, and a
-resumed run uses those, not these tables.
+throughout. ``config.json`` and ``Result.config`` record the values in effect, with
+``env_defaults`` off, so a rerun of either and a resumed run use those, not these tables.
 
 The tables never set ``scheduler`` or ``runtime``: they are what a study varies.
 

@@ -937,6 +937,10 @@ def _train(
         # hybrid/defaults.py (keyword overrides always win); config.json records the result
         cfg = apply_env_defaults(cfg, keep=overrides)
         cfg = apply_runtime_defaults(cfg, keep=overrides)
+        # Every value is now the one in effect: recorded with env_defaults off, config.json
+        # and Result.config rerun as they are (a value equal to a global default, such as
+        # workers=8 on CartPole, is not replaced by the env's defaults a second time).
+        cfg = cfg.replace(env_defaults=False)
     info = check_config(cfg)
     cfg = cfg.replace(scheduler_args=typed_scheduler_args(cfg.scheduler, cfg.scheduler_args))
     created: list[Path] = []
