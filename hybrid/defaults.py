@@ -265,9 +265,10 @@ def defaults_for(env_id: str, cfg: TrainConfig | None = None) -> tuple[str, dict
 
 def _spaces(env_id: str, cfg: TrainConfig | None) -> tuple[bool, bool]:
     """(image observations, continuous actions), from one probe of the env."""
+    from hybrid.assembly import env_settings
     from hybrid.envs import describe
 
-    info = describe(env_id, cfg)
+    info = describe(env_id, env_settings(cfg) if cfg is not None else None)
     return info.image, info.continuous
 
 
@@ -292,10 +293,12 @@ def apply_env_defaults(cfg: TrainConfig, keep: Iterable[str] = ()) -> TrainConfi
     keep = set(keep)
     recipe_algo = overrides.get("algo", cfg.algo)
     chosen = "algo" in keep or not _same(cfg.algo, globals_["algo"])
-    if chosen and (recipe_algo in _DELTA_ALGOS) != (cfg.algo in _DELTA_ALGOS):
-        # You chose an algorithm whose workers send another payload than the recipe's: its
-        # server optimizer was chosen for that payload (PPO's Δ applied by SGD at lr 1 would
-        # be a gradient step of lr 1 for A2C), so the server optimizer stays the global one.
+    algo = cfg.algo if chosen else recipe_algo
+    if (recipe_algo in _DELTA_ALGOS) != (algo in _DELTA_ALGOS or _trains_locally(cfg)):
+        # The run's workers send another payload than the recipe's (an algorithm you chose,
+        # or a scheduler whose clients train locally, as fedavg's do): the recipe's server
+        # optimizer was chosen for its payload (PPO's Δ applied by SGD at lr 1 would be a
+        # gradient step of lr 1 for A2C), so the server optimizer stays the global one.
         keep |= _SERVER_OPTIMIZER
     changes = {
         name: value
@@ -307,6 +310,17 @@ def apply_env_defaults(cfg: TrainConfig, keep: Iterable[str] = ()) -> TrainConfi
 
 _SERVER_OPTIMIZER = {"optimizer", "lr", "lr_schedule"}
 _DELTA_ALGOS = {"ppo", "mappo", "ippo"}  # their workers send Δ; a2c, nstep_q send gradients
+
+
+def _trains_locally(cfg: TrainConfig) -> bool:
+    """Whether the scheduler's workers train locally and send Δ (fedavg, FedBuff)."""
+    from hybrid.protocol import TrainLocally
+    from hybrid.schedulers import resolve_scheduler
+
+    try:
+        return resolve_scheduler(cfg.scheduler).cls.task_kind is TrainLocally
+    except ConfigError:
+        return False  # an unknown scheduler: validation says so
 
 
 def apply_runtime_defaults(cfg: TrainConfig, keep: Iterable[str] = ()) -> TrainConfig:

@@ -179,3 +179,14 @@ def test_another_algorithm_than_the_recipes_keeps_the_global_server_optimizer():
     ppo = apply_env_defaults(TrainConfig(env="Acrobot-v1", algo="ppo"))  # Δ, not A2C's gradient
     assert (ppo.optimizer, ppo.lr) == (TrainConfig().optimizer, TrainConfig().lr)
     assert ppo.workers == DISCRETE_A2C["workers"]
+
+
+def test_a_scheduler_whose_clients_train_locally_keeps_the_global_server_optimizer():
+    # fedavg's clients send Δ: the classic-control recipe's RMSProp was tuned for A2C
+    # gradients, so the server optimizer stays the global one ...
+    fed = apply_env_defaults(TrainConfig(env="CartPole-v1", scheduler="fedavg"))
+    assert (fed.optimizer, fed.lr) == (TrainConfig().optimizer, TrainConfig().lr)
+    assert fed.workers == DISCRETE_A2C["workers"]  # the rest of the recipe applies
+    # ... while a Δ recipe (PPO's SGD at lr 1) is FedAvg's own server step
+    ppo = apply_env_defaults(TrainConfig(env="InvertedPendulum-v5", scheduler="fedavg"))
+    assert (ppo.optimizer, ppo.lr) == ("sgd", 1.0)

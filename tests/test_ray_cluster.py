@@ -117,7 +117,11 @@ def _spy(monkeypatch, after: int = 0, then=None) -> dict:
     def next_update(self):
         seen["updates"] += 1
         connected = all(a.starting is None for a in self._actors)
-        if seen["updates"] % 5 == 1 and connected:
+        incarnations = [a.incarnation for a in self._actors]
+        # every 5 updates, and at once when a replacement has connected (a run may end soon)
+        renewed = incarnations != seen.get("incarnations")
+        if connected and (seen["updates"] % 5 == 1 or renewed):
+            seen["incarnations"] = incarnations
             seen["placements"].append(_placement(self))
             seen["peers"] = [_peer(a.conn) if a.conn else None for a in self._actors]
         if then is not None and seen["updates"] == after:
@@ -186,9 +190,9 @@ def test_a_lost_node_is_survived(cluster, tmp_path, monkeypatch):
 
     seen = _spy(monkeypatch, after=10, then=lose_a_node)
     try:
-        result = hybrid.train(_config(tmp_path, cluster.address, total_env_steps=3_000))
+        result = hybrid.train(_config(tmp_path, cluster.address, total_env_steps=6_000))
         assert removed, "no worker was on a node other than the head"
-        assert result.summary["env_steps"] >= 3_000
+        assert result.summary["env_steps"] >= 6_000
         last = result.metrics("train")[-1]
         assert last["sched/worker_restarts"] >= 1
         assert last["sched/lost_updates"] <= last["sched/worker_restarts"]
