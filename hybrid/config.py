@@ -585,26 +585,6 @@ class TrainConfig:
                 raise ConfigError(f"{f.name}: {value} is beyond 2**62, more than any run reaches")
 
 
-VIRTUAL_CLOCK_FIELDS = (
-    "cluster",
-    "step_cost_s",
-    "task_overhead_s",
-    "speed_sigma",
-    "straggler_fraction",
-    "straggler_slowdown",
-    "jitter_sigma",
-    "bandwidth_mbps",
-    "client_uplink_mbps",
-    "client_downlink_mbps",
-    "client_link_sigma",
-    "round_deadline_s",
-)
-"""Fields of the modelled machine: they set durations on the virtual clock only."""
-VIRTUAL_ONLY = (
-    "on the serial runtime's virtual clock (--runtime serial); processes and ray run at "
-    "this machine's real speed"
-)
-
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     # Who owns each field: the component it configures. Only the assembly (hybrid/assembly.py,
     # hybrid/core/loop.py, cli, flags, sweep, calibrate, config and its checks, a plug-in's
@@ -725,6 +705,21 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     ),
 }
 """Owner -> the TrainConfig fields it owns; every field has exactly one owner."""
+
+
+VIRTUAL_CLOCK_FIELDS = (
+    *FIELD_OWNERS["serial"],
+    "client_uplink_mbps",
+    "client_downlink_mbps",
+    "client_link_sigma",
+    "round_deadline_s",
+)
+"""Fields of the modelled machine (the serial runtime's own, and the edge clients' links
+and round deadlines): they set durations on the virtual clock only."""
+VIRTUAL_ONLY = (
+    "on the serial runtime's virtual clock (--runtime serial); processes and ray run at "
+    "this machine's real speed"
+)
 
 
 _TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
