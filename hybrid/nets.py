@@ -146,8 +146,21 @@ class ActorCritic(nn.Module):
 
     @property
     def groups_acting(self) -> bool:
-        """Whether ``act_group`` can act for several workers' envs in one forward pass."""
-        return not self.continuous and self._acting_layers is not None
+        """Whether ``act_group`` can act for several workers' envs in one forward pass (and
+        ``a2c_group_gradients`` take their gradients in one backward pass)."""
+        return (
+            not self.continuous
+            and self._acting_layers is not None
+            and self._critic_layers is not None
+        )
+
+    def plain_layers(
+        self,
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The critic's and the actor's (weight, bias) pairs; tanh MLPs only."""
+        if self._critic_layers is None or self._acting_layers is None:
+            raise ValueError("plain_layers: the actor and critic are not both tanh MLPs")
+        return self._critic_layers, self._acting_layers
 
     def act_group(
         self, obs: torch.Tensor, generators: list[torch.Generator], sizes: list[int]

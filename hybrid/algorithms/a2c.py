@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.func import functional_call, grad, vmap
 
 from hybrid.algorithms.rollout import Rollout
 from hybrid.algorithms.vtrace import nstep_returns, vtrace
-from hybrid.nets import ActorCritic, tanh_mlp
+from hybrid.nets import ActorCritic
 
 
 def gae(
@@ -146,13 +145,15 @@ def a2c_group_gradients(
     normalize_advantages: bool = False,
 ) -> tuple[torch.Tensor, list[dict[str, float]]]:
     """``a2c_loss``'s gradient for each of several workers' rollouts, all taken at the
-    parameters ``model`` holds: one batched call (``torch.func.vmap`` over the workers)
-    instead of one forward and backward pass per worker, whose fixed cost dominates on
-    small networks. Returns the flat gradients [W, numel] (in ``model.parameters()``
-    order) and each worker's loss statistics.
+    parameters ``model`` holds, in one forward and one backward pass instead of one pair
+    per worker (whose fixed cost dominates on small networks). Returns the flat gradients
+    [W, numel] (in ``model.parameters()`` order) and each worker's loss statistics.
 
-    Equal to ``a2c_loss``'s gradients up to float rounding (a batched matrix product
-    rounds differently from W small ones). A discrete-action MLP actor-critic only.
+    Each worker gets its own copy of the parameters, stacked on a leading axis, and its
+    rows of the batch go through its copy (batched matrix products); the sum of the
+    workers' losses then has worker w's gradient in copy w's rows. Equal to ``a2c_loss``'s
+    gradients up to float rounding (a batched product rounds differently from W small
+    ones). A discrete-action tanh-MLP actor-critic only (``ActorCritic.groups_acting``).
     """
     W = len(rollouts)
     T, E = rollouts[0].rewards.shape
@@ -192,58 +193,39 @@ def a2c_group_gradients(
                 advantages.std(1, keepdim=True) + 1e-8
             )
 
-    names = [name for name, _ in model.named_parameters()]
-    params = {name: p.detach() for name, p in model.named_parameters()}
-    # The MLPs' (weight, bias) names, layer by layer: the loss runs nets.tanh_mlp's ops on
-    # them directly (the same ops as the modules, the same numbers), because under vmap
-    # functional_call's module machinery costs more than the tiny layers themselves.
-    actor_layers = _linear_names(model.actor, "actor.")
-    critic_layers = _linear_names(model.critic, "critic.")
-
-    def loss(
-        p: dict[str, torch.Tensor],
-        x: torch.Tensor,
-        actions: torch.Tensor,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if actor_layers is not None and critic_layers is not None:
-            critic_out = tanh_mlp([(p[w], p[b]) for w, b in critic_layers], x)
-            actor_out = tanh_mlp([(p[w], p[b]) for w, b in actor_layers], x[: T * E])
-        else:
-            critic = {n.removeprefix("critic."): v for n, v in p.items() if n.startswith("critic.")}
-            actor = {n.removeprefix("actor."): v for n, v in p.items() if n.startswith("actor.")}
-            critic_out = functional_call(model.critic, critic, (x,))
-            actor_out = functional_call(model.actor, actor, (x[: T * E],))
-        values = critic_out.squeeze(-1)[: T * E]
-        logits = torch.log_softmax(actor_out, -1)
-        logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logits.exp() * logits).sum(-1).mean()
-        policy_loss = -(advantages * logp).mean()
-        value_loss = 0.5 * (returns - values).pow(2).mean()
-        total = policy_loss + vf_coef * value_loss - ent_coef * entropy
-        return total, torch.stack([policy_loss, value_loss, entropy]).detach()
-
-    grads, aux = vmap(grad(loss, has_aux=True), in_dims=(None, 0, 0, 0, 0))(
-        params, x, actions, advantages, returns
+    # Every parameter broadcast to one copy per worker, [W, *shape] (no memory is copied):
+    # the leaves of this backward pass.
+    copies = {id(p): p.detach().expand(W, *p.shape).requires_grad_() for p in model.parameters()}
+    critic_layers, actor_layers = model.plain_layers()
+    critic_out = batched_tanh_mlp([(copies[id(w)], copies[id(b)]) for w, b in critic_layers], x)
+    actor_out = batched_tanh_mlp(
+        [(copies[id(w)], copies[id(b)]) for w, b in actor_layers], x[:, : T * E]
     )
-    flat = torch.cat([grads[name].reshape(W, -1) for name in names], dim=1)
+    values = critic_out.squeeze(-1)[:, : T * E]  # [W, T*E]
+    logits = torch.log_softmax(actor_out, -1)
+    logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logits.exp() * logits).sum(-1).mean(1)
+    policy_loss = -(advantages * logp).mean(1)
+    value_loss = 0.5 * (returns - values).pow(2).mean(1)
+    total = policy_loss + vf_coef * value_loss - ent_coef * entropy  # [W]: each worker's loss
+    total.sum().backward()
+    flat = torch.cat([copies[id(p)].grad.reshape(W, -1) for p in model.parameters()], dim=1)
+    by_worker = torch.stack([policy_loss, value_loss, entropy], 1).detach().tolist()
     stats = [
-        {"losses/policy": float(a[0]), "losses/value": float(a[1]), "losses/entropy": float(a[2])}
-        for a in aux
+        {"losses/policy": policy, "losses/value": value, "losses/entropy": entropy}
+        for policy, value, entropy in by_worker
     ]
     return flat, stats
 
 
-def _linear_names(net: torch.nn.Module, prefix: str) -> list[tuple[str, str]] | None:
-    """The (weight, bias) parameter names of a tanh MLP's linear layers, in order, or None
-    for any other network."""
-    if not isinstance(net, torch.nn.Sequential) or not all(
-        isinstance(m, torch.nn.Linear | torch.nn.Tanh) for m in net
-    ):
-        return None
-    return [
-        (f"{prefix}{i}.weight", f"{prefix}{i}.bias")
-        for i, m in enumerate(net)
-        if isinstance(m, torch.nn.Linear)
-    ]
+def batched_tanh_mlp(
+    layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor
+) -> torch.Tensor:
+    """``nets.tanh_mlp`` with a stack of W networks: weights [W, out, in], biases [W, out],
+    inputs [W, N, in] (row block w goes through network w)."""
+    last = len(layers) - 1
+    for i, (weight, bias) in enumerate(layers):
+        x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+        if i < last:
+            x = torch.tanh(x)
+    return x

@@ -6,7 +6,6 @@ receives), which the assembly (``hybrid/assembly.py``) makes from the run's conf
 from __future__ import annotations
 
 import functools
-import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -325,21 +324,13 @@ def groups_gradients(workers: list[Worker], snapshot: Snapshot) -> bool:
     )
 
 
-def prepare_groups(workers: list[Worker]) -> None:
-    """Pay ``run_group``'s one-time start-up now, before a run's clock starts: the first call
-    of ``torch.func.grad`` imports ``torch._dynamo`` (~1 s, ~70 MB), which would otherwise
-    land in the first round's wall time. Nothing is imported for workers that never group."""
-    if groups_gradients(workers, Snapshot(torch.zeros(1), 0, task=ComputeGradient())):
-        importlib.import_module("torch._dynamo")
-
-
 def run_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
     """The tasks of workers that start from the same snapshot, computed together.
 
     Each worker still steps its own envs and samples its actions with its own generator,
-    but one policy forward pass per env step serves all their envs, and one batched call
-    gives every worker's gradient (``a2c_group_gradients``): the per-task fixed cost of
-    small networks (a forward and a backward pass per worker) is paid once per group.
+    but one policy forward pass per env step serves all their envs, and one forward and
+    one backward pass give every worker's gradient (``a2c_group_gradients``): the per-task
+    fixed cost of small networks is paid once per group.
     The updates are ``Worker.run_task``'s up to float rounding; the serial runtime stays
     bit-reproducible, as which workers share a snapshot is itself deterministic.
     Callers check ``groups_gradients`` first.

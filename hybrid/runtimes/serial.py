@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybrid.checkpoint import update_from_state, update_to_state
-from hybrid.core.worker import Worker, groups_gradients, prepare_groups, run_group
+from hybrid.core.worker import Worker, groups_gradients, run_group
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
 from hybrid.runtimes.pool import WorkerPool
@@ -75,7 +75,6 @@ class SerialRuntime:
         # not with the number of clients.
         self.on_demand = not self.pool.persistent
         self.workers = [] if self.on_demand else self._build_workers(self.pool)
-        prepare_groups(self.workers)  # start-up paid now, not in the first round
         self._client_models: list[Any] = []  # one network lent to every client (run one at a time)
         self.cost = CostModel(settings)
         self.client_cost = self.pool.cost_model()
