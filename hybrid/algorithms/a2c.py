@@ -162,8 +162,18 @@ def a2c_group_gradients(
     ).float()  # [W, T*E + E, obs_dim]: each worker's batch and the observation after it
     actions = torch.stack([r.actions.reshape(T * E) for r in rollouts]).long()
 
+    # Every parameter broadcast to one copy per worker, [W, *shape] (no memory is copied):
+    # the leaves of this backward pass.
+    copies = {id(p): p.detach().expand(W, *p.shape).requires_grad_() for p in model.parameters()}
+    critic_layers, actor_layers = model.plain_layers()
+    # One critic pass, differentiable; the advantages use its values.
+    all_values = batched_tanh_mlp(
+        [(copies[id(w)], copies[id(b)]) for w, b in critic_layers], x
+    ).squeeze(-1)
+    values = all_values[:, : T * E]  # [W, T*E]
+
     with torch.no_grad():
-        v = model.value(x).numpy()  # [W, T*E + E]
+        v = all_values.detach().numpy()  # [W, T*E + E]
         rewards = np.stack([r.rewards.numpy() for r in rollouts])  # a copy: [W, T, E]
         finals = [
             (w, t, i, obs) for w, r in enumerate(rollouts) for (t, i), obs in r.final_obs.items()
@@ -187,21 +197,15 @@ def a2c_group_gradients(
             gae_lambda,
         )
         advantages = torch.from_numpy(adv.reshape(T, W, E).transpose(1, 0, 2).reshape(W, T * E))
-        returns = advantages + torch.from_numpy(v[:, : T * E])
+        returns = advantages + values.detach()
         if normalize_advantages and T * E > 1:
             advantages = (advantages - advantages.mean(1, keepdim=True)) / (
                 advantages.std(1, keepdim=True) + 1e-8
             )
 
-    # Every parameter broadcast to one copy per worker, [W, *shape] (no memory is copied):
-    # the leaves of this backward pass.
-    copies = {id(p): p.detach().expand(W, *p.shape).requires_grad_() for p in model.parameters()}
-    critic_layers, actor_layers = model.plain_layers()
-    critic_out = batched_tanh_mlp([(copies[id(w)], copies[id(b)]) for w, b in critic_layers], x)
     actor_out = batched_tanh_mlp(
         [(copies[id(w)], copies[id(b)]) for w, b in actor_layers], x[:, : T * E]
     )
-    values = critic_out.squeeze(-1)[:, : T * E]  # [W, T*E]
     logits = torch.log_softmax(actor_out, -1)
     logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     entropy = -(logits.exp() * logits).sum(-1).mean(1)
