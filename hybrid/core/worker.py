@@ -18,7 +18,7 @@ from hybrid.algorithms import ALGORITHMS, AlgoSettings
 from hybrid.algorithms.a2c import a2c_group_gradients, a2c_loss
 from hybrid.algorithms.rollout import EnvRunner, make_runner
 from hybrid.clients import ClientSettings, apply_client_dynamics
-from hybrid.codecs import make_codec
+from hybrid.codecs import Codec, make_codec
 from hybrid.core.global_model import make_optimizer, plain_step
 from hybrid.envs import EnvInfo, EnvSettings, make_vector_env
 from hybrid.nets import ActorCritic, FlatParams
@@ -113,18 +113,17 @@ class Worker:
             apply_client_dynamics(envs, settings.clients, worker_id)
         # The runner owns the episodes in progress, the envs' state and normalization.
         self.runner = make_runner(envs, env_seed, info, settings.normalization)
-        # Each worker owns its codec: top-k's error-feedback residual is worker state.
-        codec_seed = int_seed(stream(settings.seed, WORKER, worker_id, incarnation, CODEC_STREAM))
-        self.codec = (
-            None
-            if settings.codec == "none"
-            else make_codec(
+        # Each worker owns its codec: top-k's error-feedback residual is worker state. Its seed
+        # is drawn only for a codec: an edge client is built per task, and the draw is not free.
+        self.codec: Codec | None = None
+        if settings.codec != "none":
+            codec_seq = stream(settings.seed, WORKER, worker_id, incarnation, CODEC_STREAM)
+            self.codec = make_codec(
                 settings.codec,
                 topk_ratio=settings.topk_ratio,
                 error_feedback=settings.error_feedback,
-                seed=codec_seed,
+                seed=int_seed(codec_seq),
             )
-        )
         self.tasks_done = 0
 
     @property
