@@ -90,15 +90,22 @@ def test_clients_that_borrow_one_network_and_env_give_the_same_deltas(env, dynam
     """A runtime running one task at a time lends the first client's network and vector env
     to the next ones (``lent``): each loads the snapshot into the network, sets its own env
     variant and resets the env from its own seed, so the Δs, statistics and episodes are
-    those of clients that built their own, bit for bit."""
+    those of clients that built their own, bit for bit. CartPole's clients end episodes in
+    their task (an env lent after an episode ended and restarted mid-task)."""
     cfg = TrainConfig(
-        scheduler="fedavg", env=env, clients=50, local_steps=3, client_dynamics=dynamics
+        scheduler="fedavg",
+        env=env,
+        clients=50,
+        local_steps=3,
+        rollout_steps=16,
+        client_dynamics=dynamics,
     )
     info = describe(cfg.env)
     theta = initial_params(cfg, info)
     snapshot = Snapshot(theta, 4, task=make_task(TrainLocally, cfg))
     own = EdgeClients(worker_settings(cfg), info, client_settings(cfg))
     lending, lent = EdgeClients(worker_settings(cfg), info, client_settings(cfg)), []
+    episodes = 0
     for client in (17, 3, 17, 40):
         expected = own.run(client, snapshot)
         borrowed = lending.run(client, snapshot, lent)
@@ -106,6 +113,9 @@ def test_clients_that_borrow_one_network_and_env_give_the_same_deltas(env, dynam
         assert borrowed.stats == expected.stats
         assert borrowed.episode_returns == expected.episode_returns
         assert len(lent) == 1  # built once, by the first client
+        episodes += len(borrowed.episode_returns)
+    if env == "CartPole-v1":  # Pendulum's episodes last 200 steps
+        assert episodes > 0
     parts = lent[0]
     assert isinstance(parts, LentParts) and parts.model is not None and parts.envs is not None
 
