@@ -13,6 +13,9 @@ workers are" is decided once, here, and "where they run" stays the runtime's:
   executors (serial: the one process on its virtual clock; processes: ``workers``
   processes; ray: ``workers`` actors), client k's task on whichever executor is free.
   Seeds come from (client id, version), so a client's Δ does not depend on the executor.
+  Where an executor runs one task at a time (serial, each process), the next client
+  borrows the last one's network and, for envs a seeded reset fully restores, its vector
+  env (``LentParts``): building them per task cost more than the local step.
 
 The pool lives here, beside its only users: it must be picklable into worker processes
 and actors, so it holds ``WorkerSettings`` (and ``ClientSettings``), never the config; the
