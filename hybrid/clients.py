@@ -272,9 +272,9 @@ class ClientCostModel:
         s, profile = self.settings, self.profiles[client_id]
         jitter = 1.0
         if s.jitter_sigma:
-            rng = np.random.default_rng(
-                stream(s.seed, FEDERATED, JITTER_STREAM, client_id, max(version, 0))
-            )
+            # default_rng's own construction, without its argument checks: a generator per task
+            seq = stream(s.seed, FEDERATED, JITTER_STREAM, client_id, max(version, 0))
+            rng = np.random.Generator(np.random.PCG64(seq))
             jitter = float(rng.lognormal(0.0, s.jitter_sigma))
         compute = (env_steps * s.step_cost_s + updates * s.task_overhead_s) * profile.slowness
         download = download_nbytes * 8 / (profile.downlink_mbps * 1e6)

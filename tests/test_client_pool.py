@@ -12,16 +12,17 @@ import collections
 import json
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import torch
 
 import hybrid
-from hybrid.assembly import client_settings, worker_pool, worker_settings
+from hybrid.assembly import client_settings, env_settings, worker_pool, worker_settings
 from hybrid.config import TrainConfig
 from hybrid.core.loop import initial_params, make_task
-from hybrid.envs import describe
+from hybrid.envs import describe, make_vector_env
 from hybrid.protocol import Snapshot, TrainLocally
-from hybrid.runtimes.pool import EdgeClients, PersistentWorkers
+from hybrid.runtimes.pool import EdgeClients, LentParts, PersistentWorkers, resets_completely
 
 
 def _fedavg(clients: int, out: Path, **changes) -> TrainConfig:
@@ -84,22 +85,82 @@ def test_an_edge_client_gives_the_same_delta_wherever_it_is_built():
     assert not torch.equal(first.payload, later.payload)  # a later round draws afresh
 
 
-def test_clients_that_borrow_one_network_give_the_same_deltas():
-    """A runtime running one task at a time lends the first client's network to the next
-    ones (``models``): each loads the snapshot into it, so the Δs are those of clients
-    that built their own."""
-    cfg = TrainConfig(scheduler="fedavg", clients=50, local_steps=2, client_dynamics="gravity")
+@pytest.mark.parametrize(("env", "dynamics"), [("CartPole-v1", "gravity"), ("Pendulum-v1", "mass")])
+def test_clients_that_borrow_one_network_and_env_give_the_same_deltas(env, dynamics, monkeypatch):
+    """A runtime running one task at a time lends the first client's network and vector env
+    to the next ones (``lent``): each loads the snapshot into the network, sets its own env
+    variant and resets the env from its own seed, so the Δs, statistics and episodes are
+    those of clients that built their own, bit for bit. CartPole's clients end episodes in
+    their task (an env lent after an episode ended and restarted mid-task)."""
+    cfg = TrainConfig(
+        scheduler="fedavg",
+        env=env,
+        clients=50,
+        local_steps=3,
+        rollout_steps=16,
+        client_dynamics=dynamics,
+    )
     info = describe(cfg.env)
     theta = initial_params(cfg, info)
     snapshot = Snapshot(theta, 4, task=make_task(TrainLocally, cfg))
     own = EdgeClients(worker_settings(cfg), info, client_settings(cfg))
-    lending, models = EdgeClients(worker_settings(cfg), info, client_settings(cfg)), []
+    lending, lent = EdgeClients(worker_settings(cfg), info, client_settings(cfg)), []
+    episodes = 0
     for client in (17, 3, 17, 40):
         expected = own.run(client, snapshot)
-        borrowed = lending.run(client, snapshot, models)
+        borrowed = lending.run(client, snapshot, lent)
         assert torch.equal(borrowed.payload, expected.payload)
         assert borrowed.stats == expected.stats
-        assert len(models) == 1  # built once, by the first client
+        assert borrowed.episode_returns == expected.episode_returns
+        assert len(lent) == 1  # built once, by the first client
+        episodes += len(borrowed.episode_returns)
+    if env == "CartPole-v1":  # Pendulum's episodes last 200 steps
+        assert episodes > 0
+    parts = lent[0]
+    assert isinstance(parts, LentParts) and parts.model is not None and parts.envs is not None
+
+    built: list[int] = []
+    monkeypatch.setattr(
+        "hybrid.core.worker.make_vector_env",
+        lambda *args: built.append(1) or make_vector_env(*args),
+    )
+    lending.run(5, snapshot, lent)
+    assert built == []  # the lent env, not a new one
+    own.run(5, snapshot)
+    assert built == [1]
+
+
+def test_only_envs_that_a_seeded_reset_restores_are_lent():
+    """Classic control behind reset-cleared wrappers only: a stateful wrapper (running
+    observation statistics) or an env outside classic control is never lent."""
+    plain = make_vector_env("CartPole-v1", 2)
+    assert resets_completely(plain)
+    plain.close()
+    normalized = gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.NormalizeObservation(gym.make("CartPole-v1"))]
+    )
+    assert not resets_completely(normalized)
+    normalized.close()
+    toy = gym.make_vec("FrozenLake-v1", num_envs=1, vectorization_mode="sync")
+    assert not resets_completely(toy)
+    toy.close()
+
+
+def test_an_env_that_is_not_lent_is_built_per_task():
+    """Without lending (a stateful wrapper), each client builds and closes its own env and
+    the Δs are unchanged."""
+    cfg = TrainConfig(
+        scheduler="fedavg", clients=20, local_steps=2, wrappers="NormalizeObservation"
+    )
+    info = describe(cfg.env, env_settings(cfg))
+    snapshot = Snapshot(initial_params(cfg, info), 2, task=make_task(TrainLocally, cfg))
+    own = EdgeClients(worker_settings(cfg), info, client_settings(cfg))
+    lending, lent = EdgeClients(worker_settings(cfg), info, client_settings(cfg)), []
+    for client in (4, 9, 4):
+        assert torch.equal(
+            lending.run(client, snapshot, lent).payload, own.run(client, snapshot).payload
+        )
+    assert lent[0].envs is None and lent[0].model is not None
 
 
 @pytest.fixture(scope="module")

@@ -380,6 +380,22 @@ def test_fedprox_local_sgd_step_is_li_et_al(max_grad_norm):
     assert float(prox.norm()) < float(plain.norm())  # pulled back toward θ_global
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_the_flat_local_clip_has_clip_grad_norms_bits(optimizer):
+    """Without FedProx a client clips its flat gradient with clip_grad_norm_'s ops (one scale
+    of the whole vector); with FedProx it calls clip_grad_norm_ on each parameter. A single
+    local step starts at θ_g, where the proximal gradient is exactly 0, so the two must give
+    the same Δ bit for bit, here with the clip active."""
+    cfg = TrainConfig(
+        scheduler="fedavg", local_steps=1, local_optimizer=optimizer, max_grad_norm=0.01
+    )
+    theta = initial_params(cfg, describe(cfg.env))
+    flat = _local_delta(cfg, theta)
+    per_parameter = _local_delta(cfg.replace(prox_mu=1.0), theta)
+    assert torch.equal(flat, per_parameter)
+    assert not torch.equal(flat, _local_delta(cfg.replace(max_grad_norm=0.0), theta))
+
+
 def _sgd_pair(tiny_config, tmp_path, eta: float, **changes):
     common = dict(
         max_grad_norm=0.0,

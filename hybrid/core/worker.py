@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from hybrid.algorithms import ALGORITHMS, AlgoSettings
 from hybrid.algorithms.a2c import a2c_group_gradients, a2c_loss
 from hybrid.algorithms.rollout import EnvRunner, make_runner
 from hybrid.clients import ClientSettings, apply_client_dynamics
-from hybrid.codecs import make_codec
+from hybrid.codecs import Codec, make_codec
 from hybrid.core.global_model import make_optimizer, plain_step
 from hybrid.envs import EnvInfo, EnvSettings, make_vector_env
 from hybrid.nets import ActorCritic, FlatParams
@@ -31,6 +31,9 @@ from hybrid.protocol import (
     Update,
 )
 from hybrid.seeding import WORKER, int_seed, stream, worker_seeds
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 CODEC_STREAM = 7  # spawn-key slot of a worker's codec randomness
 LOCAL_ADAM_EPS = 1e-5  # a federated client's local Adam: the RL default
@@ -79,7 +82,12 @@ class Worker:
         info: EnvInfo,
         incarnation: int = 0,
         shared_model: tuple[torch.nn.Module, FlatParams] | None = None,
+        lent_envs: gym.vector.VectorEnv | None = None,
     ) -> None:
+        """``lent_envs``: a vector env built from these settings that another worker is done
+        with (``EdgeClients.run``). It is used instead of a new one: this worker's env variant
+        and its seeded reset overwrite all the state such an env has, so the bits are those of
+        a fresh env. Its owner closes it, not this worker."""
         self.worker_id = worker_id
         self.settings = settings
         env_seed, torch_seed = worker_seeds(settings.seed, worker_id, incarnation)
@@ -97,23 +105,24 @@ class Worker:
         self.local_update = build_local(settings.algo) if build_local is not None else None
         self.generator = torch.Generator().manual_seed(torch_seed)
         # The worker's own env instances (simulators are never shared between workers).
-        envs = make_vector_env(settings.env, settings.envs_per_worker, settings.envs, info)
+        envs = lent_envs
+        if envs is None:
+            envs = make_vector_env(settings.env, settings.envs_per_worker, settings.envs, info)
         if settings.clients is not None:  # an edge client's own env variant (hybrid/clients.py)
             apply_client_dynamics(envs, settings.clients, worker_id)
         # The runner owns the episodes in progress, the envs' state and normalization.
         self.runner = make_runner(envs, env_seed, info, settings.normalization)
-        # Each worker owns its codec: top-k's error-feedback residual is worker state.
-        codec_seed = int_seed(stream(settings.seed, WORKER, worker_id, incarnation, CODEC_STREAM))
-        self.codec = (
-            None
-            if settings.codec == "none"
-            else make_codec(
+        # Each worker owns its codec: top-k's error-feedback residual is worker state. Its seed
+        # is drawn only for a codec: an edge client is built per task, and the draw is not free.
+        self.codec: Codec | None = None
+        if settings.codec != "none":
+            codec_seq = stream(settings.seed, WORKER, worker_id, incarnation, CODEC_STREAM)
+            self.codec = make_codec(
                 settings.codec,
                 topk_ratio=settings.topk_ratio,
                 error_feedback=settings.error_feedback,
-                seed=codec_seed,
+                seed=int_seed(codec_seq),
             )
-        )
         self.tasks_done = 0
 
     @property
@@ -190,9 +199,6 @@ class Worker:
         if snapshot.extras:
             self.load_extras(snapshot.extras)
         params = self.flat.params
-        # Views of θ_global shaped like each parameter; the snapshot is shared, only read.
-        chunks = snapshot.params.split([p.numel() for p in params])
-        anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
         # Adam and SGD act coordinate by coordinate, so one step over the flat vector is the
         # per-parameter step bit for bit, in one set of ops instead of one per parameter. Only
         # where every parameter is in every step's loss (an actor-critic): torch skips a
@@ -206,6 +212,12 @@ class Worker:
             LOCAL_ADAM_EPS,
             settings.local_rmsprop_alpha,
         )
+        anchor: list[torch.Tensor] = []
+        if task.prox_mu > 0:
+            # Views of θ_global shaped like each parameter; the snapshot is shared, only read.
+            chunks = snapshot.params.split([p.numel() for p in params])
+            anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
+        max_norm = settings.local_max_grad_norm
         env_steps, returns, lengths = 0, [], []
         totals: dict[str, float] = {}
         for _ in range(task.steps):
@@ -213,13 +225,27 @@ class Worker:
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
             loss.backward()
-            if settings.local_max_grad_norm > 0:  # bounds the RL loss's gradient, not the pull home
-                torch.nn.utils.clip_grad_norm_(params, settings.local_max_grad_norm)
-            if task.prox_mu > 0:
-                stats["losses/prox_drift"] = add_proximal_gradient(params, anchor, task.prox_mu)
+            grads = [p.grad for p in params if p.grad is not None]
+            grad: torch.Tensor | None = None
+            if flat_step and task.prox_mu == 0 and len(grads) == len(params):
+                # clip_grad_norm_'s own ops (the norm of the per-parameter norms, then one
+                # scale), the scale applied once to the flat gradient: a product rounds alike
+                # wherever it is taken, so these are its bits without its wrappers.
+                grad = torch.cat([g.reshape(-1) for g in grads])
+                if max_norm > 0:
+                    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+                    grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+            else:
+                if max_norm > 0:  # bounds the RL loss's gradient, not the pull home
+                    torch.nn.utils.clip_grad_norm_(params, max_norm)
+                if task.prox_mu > 0:
+                    # Per parameter: a fused add over one long vector may round other bits.
+                    drift = add_proximal_gradient(params, anchor, task.prox_mu)
+                    stats["losses/prox_drift"] = drift
+                if flat_step:
+                    grad = self.flat.grad()
             # plain_step: the same bits as optimizer.step(), without its wrappers
-            if flat_step:
-                grad = self.flat.grad()
+            if grad is not None:
                 if not plain_step(optimizer, self.flat.flat, grad):
                     self.flat.flat.grad = grad
                     optimizer.step()

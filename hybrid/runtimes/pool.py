@@ -13,6 +13,9 @@ workers are" is decided once, here, and "where they run" stays the runtime's:
   executors (serial: the one process on its virtual clock; processes: ``workers``
   processes; ray: ``workers`` actors), client k's task on whichever executor is free.
   Seeds come from (client id, version), so a client's Δ does not depend on the executor.
+  Where an executor runs one task at a time (serial, each process), the next client
+  borrows the last one's network and, for envs a seeded reset fully restores, its vector
+  env (``LentParts``): building them per task cost more than the local step.
 
 The pool lives here, beside its only users: it must be picklable into worker processes
 and actors, so it holds ``WorkerSettings`` (and ``ClientSettings``), never the config; the
@@ -24,12 +27,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import gymnasium as gym
+
 from hybrid.clients import ClientCostModel, ClientSettings
 from hybrid.core.worker import Worker, WorkerSettings
 from hybrid.protocol import Snapshot, Update
 
 if TYPE_CHECKING:
+    import torch
+
     from hybrid.envs import EnvInfo
+    from hybrid.nets import FlatParams
+
+_RESET_CLEARS: tuple[type, ...] = (
+    gym.wrappers.TimeLimit,
+    gym.wrappers.OrderEnforcing,
+    gym.wrappers.PassiveEnvChecker,
+)
+"""Wrappers whose state a seeded reset clears (or that only warn, never change a step)."""
 
 
 class WorkerPool(Protocol):
@@ -46,9 +61,9 @@ class WorkerPool(Protocol):
         workers that run one at a time in one process share a network."""
         ...
 
-    def run(self, worker_id: int, snapshot: Snapshot, models: list[Any] | None = None) -> Update:
+    def run(self, worker_id: int, snapshot: Snapshot, lent: list[Any] | None = None) -> Update:
         """Build worker ``worker_id`` for this task, run it and release it (on-demand pools).
-        ``models``: a list kept by a caller whose tasks run one at a time (see
+        ``lent``: a list kept by a caller whose tasks run one at a time (see
         ``EdgeClients.run``)."""
         ...
 
@@ -73,7 +88,7 @@ class PersistentWorkers:
     def build(self, worker_id: int, incarnation: int = 0, shared_model: Any = None) -> Worker:
         return Worker(worker_id, self.settings, self.info, incarnation, shared_model=shared_model)
 
-    def run(self, worker_id: int, snapshot: Snapshot, models: list[Any] | None = None) -> Update:
+    def run(self, worker_id: int, snapshot: Snapshot, lent: list[Any] | None = None) -> Update:
         raise RuntimeError("persistent workers keep their state: run tasks on the built worker")
 
     def cost_model(self) -> None:
@@ -98,26 +113,73 @@ class EdgeClients:
         # The worker applies the client's env variant (client_dynamics) from its id.
         return Worker(worker_id, self.settings, self.info, incarnation, shared_model=shared_model)
 
-    def run(self, worker_id: int, snapshot: Snapshot, models: list[Any] | None = None) -> Update:
-        """Client ``worker_id``'s task. ``models``: a list that a caller running one task at a
-        time keeps between tasks: the first client's network is kept there and lent to the
-        next clients, which load the snapshot into it, instead of each building (and
-        randomly initializing) a network that the snapshot overwrites anyway: that cost
-        as much as the client's whole local step. Every draw that shapes a run comes from
-        its own seeded generator, none from torch's global one that an initialization
-        consumes, so lending the network changes no result."""
+    def run(self, worker_id: int, snapshot: Snapshot, lent: list[Any] | None = None) -> Update:
+        """Client ``worker_id``'s task. ``lent``: a list that a caller running one task at a
+        time keeps between tasks. The first client's network and vector env are kept there
+        (a ``LentParts``) and lent to the next clients, instead of each building its own:
+
+        - the network, which each client loads the snapshot into (a new one would be randomly
+          initialized, then overwritten: that cost as much as the client's local step). Every
+          draw that shapes a run comes from its own seeded generator, none from torch's global
+          one that an initialization consumes, so lending it changes no result;
+        - the env, where a seeded reset restores all of its state (``resets_completely``):
+          the client sets its own env variant on it and resets it from the seed a fresh env
+          would get, so its steps are a fresh env's, bit for bit. Building the env cost a
+          fifth of a client's task.
+        """
         # Seeded by (client, version): the same task gives the same Δ on every executor.
-        shared = models[0] if models else None
-        client = self.build(worker_id, incarnation=max(snapshot.version, 0), shared_model=shared)
-        if models is not None and not models and client.shares_model:
-            models.append((client.model, client.flat))
+        parts: LentParts | None = lent[0] if lent else None
+        client = Worker(
+            worker_id,
+            self.settings,
+            self.info,
+            incarnation=max(snapshot.version, 0),
+            shared_model=parts.model if parts is not None else None,
+            lent_envs=parts.envs if parts is not None else None,
+        )
+        if lent is not None and not lent:
+            envs = client.runner.envs
+            lent.append(
+                LentParts(
+                    model=(client.model, client.flat) if client.shares_model else None,
+                    envs=envs if resets_completely(envs) else None,
+                )
+            )
         try:
             return client.run_task(snapshot)
         finally:
-            client.close()
+            if not lent or lent[0].envs is not client.runner.envs:
+                client.close()  # its own env; a lent one stays open for the next client
 
     def cost_model(self) -> Any:
         return ClientCostModel(self.clients)
+
+
+@dataclass(frozen=True)
+class LentParts:
+    """What clients that run one at a time in one process pass on to the next (None: each
+    builds its own)."""
+
+    model: tuple[torch.nn.Module, FlatParams] | None
+    envs: gym.vector.VectorEnv | None
+
+
+def resets_completely(envs: gym.vector.VectorEnv) -> bool:
+    """Whether ``reset(seed=...)`` leaves nothing of these envs' past: a synchronous vector
+    env of Gymnasium's classic-control envs, wrapped only in wrappers whose state a reset
+    clears. Their step reads only the state that reset draws from the seed and the physical
+    attributes that an env variant sets. Other envs (a user's, Atari, MuJoCo, stateful
+    wrappers such as running normalization) may keep something across a reset: never lent."""
+    if type(envs) is not gym.vector.SyncVectorEnv:
+        return False
+    for env in envs.envs:
+        while isinstance(env, gym.Wrapper):
+            if type(env) not in _RESET_CLEARS:
+                return False
+            env = env.env
+        if not type(env).__module__.startswith("gymnasium.envs.classic_control."):
+            return False
+    return True
 
 
 def make_pool(
