@@ -374,6 +374,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="flower rounds per run")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run of everything")
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds: at least 3 (the rounds after the second are timed)")
     if args.quick:
         args.repeats, args.seeds, args.solve_budget = 1, args.seeds[:1], 5_000
         args.rate_steps, args.frames, args.rounds = 2_000, 2_000, 4
