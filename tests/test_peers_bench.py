@@ -116,3 +116,11 @@ def test_tree_rss_counts_this_process():
     measure = load("measure")
     own = measure.tree_rss_mb(os.getpid())
     assert own > 1.0  # a Python interpreter with pytest loaded holds more than 1 MB
+
+
+def test_peers_run_torch_with_hybrids_thread_count():
+    """The tables say the peers run torch as hybrid does; a new default must reach them."""
+    from hybrid import TrainConfig
+
+    peer_threads = load("measure").TORCH_THREADS
+    assert peer_threads == TrainConfig().torch_threads
