@@ -13,7 +13,7 @@ TORCH ?= $(if $(HAS_GPU),torch==2.13.0,torch==2.13.0+cpu)
 TORCH_INDEX ?=
 EXTRAS ?= dev
 
-.PHONY: setup demo test wheel-smoke docs lint bench clean
+.PHONY: setup demo test wheel-smoke docs lint bench peers clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -47,6 +47,18 @@ lint: setup
 
 bench: setup
 	$(BIN)/python benchmarks/cartpole.py
+
+# The peers of issue 18 (SB3, TorchRL, Flower) in a venv of their own: Flower pins a ray
+# that conflicts with hybrid's. benchmarks/cartpole.py and perf_compare.py use it when present.
+PEERS_VENV ?= .venv-peers
+
+$(PEERS_VENV)/.installed: benchmarks/peers/requirements.txt
+	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(TORCH_INDEX) \
+	  -r benchmarks/peers/requirements.txt
+	touch $@
+
+peers: $(PEERS_VENV)/.installed
 
 clean:
 	rm -rf $(VENV) runs wandb .pytest_cache .ruff_cache site .cache

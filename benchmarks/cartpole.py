@@ -3,12 +3,20 @@ each next to its issue 18 target.
 
     python benchmarks/cartpole.py [--seeds 0 1 ... 9] [--schedulers sync async bounded]
                                   [--throughput-steps 50000] [--throughput-repeats 3]
+                                  [--peers .venv-peers/bin/python | --no-peers]
 
 Table 1 (sample efficiency): with the defaults, env steps and training wall seconds to
 solve (mean of 10 deterministic evaluation episodes >= 475, evaluation every 2,500 env
 steps, evaluation time excluded), median over seeds. The reference is Stable-Baselines3
 A2C with rl-zoo's settings as measured for issue 18 on this machine (5 seeds, median
-12,480 env steps, 0.81 s); SB3 is not a dependency, so its figures are quoted, not rerun.
+12,480 env steps, 0.81 s).
+
+With ``--peers`` (the interpreter of ``make peers``'s venv; used by default when it exists),
+SB3 A2C is measured again in the same run by benchmarks/peers/measure.py, in a subprocess:
+one seed after hybrid's runs of that seed, one throughput repeat after hybrid's, the order
+alternating, so that load from other jobs skews both alike. Each hybrid figure is then shown
+beside SB3's today, their ratio, and issue 18's target as a ratio to SB3 (the absolute
+targets were measured on a faster day). Without peers, the issue's quoted SB3 figures.
 
 Table 2 (throughput): env steps per second of training at a fixed budget (no evaluation
 until the end, no early stop), median over ``--throughput-repeats`` runs, the schedulers
@@ -29,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hybrid
+from benchmarks.peers import side_by_side as peers
 from hybrid import TrainConfig
 
 SB3_STEPS, SB3_WALL_S = 12_480, 0.81
@@ -48,13 +57,24 @@ def main() -> None:
     parser.add_argument("--schedulers", nargs="+", default=["sync", "async", "bounded"])
     parser.add_argument("--throughput-steps", type=int, default=50_000)
     parser.add_argument("--throughput-repeats", type=int, default=3)
+    parser.add_argument("--peers", metavar="PYTHON", help="the peers' venv's python")
+    parser.add_argument("--no-peers", action="store_true", help="quote the issue's figures")
     args = parser.parse_args()
+    peer_python = peers.peers_python(args.peers, args.no_peers)
 
     solve: dict[str, list[float]] = {s: [] for s in args.schedulers}
     wall: dict[str, list[float]] = {s: [] for s in args.schedulers}
     rate: dict[str, list[float]] = {s: [] for s in args.schedulers}
+    peer: dict[str, list[float]] = {}
+
+    def measure_peer(only: str, *peer_args: str) -> None:
+        if peer_python is not None:
+            peers.merge(peer, peers.measure(peer_python, only, *peer_args))
+
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in args.seeds:
+        for index, seed in enumerate(args.seeds):
+            if index % 2:  # the peer first every other seed: neither side always runs later
+                measure_peer("sb3-solve", "--seeds", str(seed))
             for scheduler in args.schedulers:
                 cfg = TrainConfig(scheduler=scheduler, seed=seed, progress=False)
                 summary = hybrid.train(
@@ -65,7 +85,12 @@ def main() -> None:
                 wall[scheduler].append(
                     summary["train_wall_s"] if steps is not None else float("inf")
                 )
+            if not index % 2:
+                measure_peer("sb3-solve", "--seeds", str(seed))
         for repeat in range(args.throughput_repeats):
+            rate_args = ("--repeats", "1", "--rate-steps", str(args.throughput_steps))
+            if repeat % 2:
+                measure_peer("sb3-rate", *rate_args)
             for scheduler in args.schedulers:
                 fixed = TrainConfig(
                     scheduler=scheduler,
@@ -77,31 +102,73 @@ def main() -> None:
                     out=str(Path(tmp, f"{scheduler}-fixed-{repeat}")),
                 )
                 rate[scheduler].append(hybrid.train(fixed).summary["env_steps_per_s"])
+            if not repeat % 2:
+                measure_peer("sb3-rate", *rate_args)
 
-    print(f"CartPole-v1, serial runtime, defaults, seeds {args.seeds}; medians over seeds\n")
-    print(
-        "| scheduler | env steps to solve | target | solved | train wall s to solve | target "
-        "| per seed |"
-    )
-    print("|---|--:|--:|--:|--:|--:|---|")
-    print(f"| SB3 A2C (rl-zoo; issue 18, 5 seeds) | {SB3_STEPS:,} | | | {SB3_WALL_S} | | |")
+    side = peer_python is not None
+    steps_peer = peer.get("sb3_a2c_env_steps_to_solve", []) if side else None
+    wall_peer = peer.get("sb3_a2c_train_wall_s_to_solve", []) if side else None
+    rate_peer = peer.get("sb3_a2c_env_steps_per_s", []) if side else None
+    print(f"CartPole-v1, serial runtime, defaults, seeds {args.seeds}; medians over seeds")
+    if side:
+        print(
+            f"SB3 A2C measured in this run by {peer_python} (torch threads 1, as hybrid's "
+            "default); hybrid / SB3 to solve: ratio of medians (seeds are not paired across "
+            "libraries)"
+        )
+    columns = ["scheduler", "env steps to solve", "target", "solved", "train wall s to solve"]
+    columns += ["target", "per seed"]
+    columns += peers.peer_columns(side, "steps: ") + peers.peer_columns(side, "wall: ")
+    print("\n" + peers.markdown_header(columns))
+    blank = [""] * (len(columns) - 7)
+    quoted = ["SB3 A2C (rl-zoo; issue 18, 5 seeds)", f"{SB3_STEPS:,}", "", "", f"{SB3_WALL_S}"]
+    print(peers.markdown_row([*quoted, "", "", *blank]))
+    if steps_peer and wall_peer:
+        solved = sum(x != float("inf") for x in steps_peer)
+        today = [
+            "SB3 A2C today (this run)",
+            peers.number(statistics.median(steps_peer)),
+            "",
+            f"{solved}/{len(steps_peer)}",
+            peers.number(statistics.median(wall_peer)),
+            "",
+            ", ".join(peers.number(x) for x in steps_peer),
+        ]
+        print(peers.markdown_row([*today, *blank]))
     for s in args.schedulers:
         solved = sum(x != float("inf") for x in solve[s])
-        print(
-            f"| {s} | {statistics.median(solve[s]):,.0f} | {target(STEPS_TARGET, s, ',.0f')} "
-            f"| {solved}/{len(args.seeds)} | {statistics.median(wall[s]):.2f} "
-            f"| {target(WALL_TARGET, s, '.2f')} | {', '.join(f'{x:,.0f}' for x in solve[s])} |"
-        )
+        steps_figure = peers.STEPS_TO_SOLVE.get(s, peers.STEPS_TO_SOLVE_NO_TARGET)
+        wall_figure = peers.WALL_TO_SOLVE.get(s, peers.WALL_TO_SOLVE_NO_TARGET)
+        own = [
+            s,
+            f"{statistics.median(solve[s]):,.0f}",
+            target(STEPS_TARGET, s, ",.0f"),
+            f"{solved}/{len(args.seeds)}",
+            f"{statistics.median(wall[s]):.2f}",
+            target(WALL_TARGET, s, ".2f"),
+            ", ".join(f"{x:,.0f}" for x in solve[s]),
+        ]
+        steps_cells = peers.peer_cells(steps_figure, solve[s], steps_peer, paired=False)
+        wall_cells = peers.peer_cells(wall_figure, wall[s], wall_peer, paired=False)
+        print(peers.markdown_row([*own, *steps_cells, *wall_cells]))
+
     print(
         f"\nThroughput at a fixed {args.throughput_steps:,}-step budget, "
-        f"median of {args.throughput_repeats} runs\n"
+        f"median of {args.throughput_repeats} runs"
+        + ("; hybrid / SB3: the median of per-repeat ratios" if side else "")
+        + "\n"
     )
-    print("| scheduler | env steps/s | target | runs |")
-    print("|---|--:|--:|---|")
+    columns = ["scheduler", "env steps/s", "target", "runs", *peers.peer_columns(side)]
+    print(peers.markdown_header(columns))
+    if rate_peer:
+        runs = ", ".join(f"{x:,.0f}" for x in rate_peer)
+        today = ["SB3 A2C today (this run)", f"{statistics.median(rate_peer):,.0f}", "", runs]
+        print(peers.markdown_row([*today, *[""] * (len(columns) - 4)]))
     for s in args.schedulers:
         goal = f">= {RATE_TARGET[s]:,}" if s in RATE_TARGET else "-"
         runs = ", ".join(f"{x:,.0f}" for x in rate[s])
-        print(f"| {s} | {statistics.median(rate[s]):,.0f} | {goal} | {runs} |")
+        cells = peers.peer_cells(peers.RATE.get(s), rate[s], rate_peer, paired=True)
+        print(peers.markdown_row([s, f"{statistics.median(rate[s]):,.0f}", goal, runs, *cells]))
 
 
 if __name__ == "__main__":

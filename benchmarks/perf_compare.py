@@ -3,6 +3,7 @@ side with another checkout of hybrid (the base of a change) measured in the same
 
     python benchmarks/perf_compare.py [--base /tmp/base-ec0df18] [--repeats 3]
                                       [--steps 50000] [--process-steps 100000] [--rounds 20]
+                                      [--peers .venv-peers/bin/python | --no-peers]
 
 Every cell runs in a fresh Python process (``-c`` with ``PYTHONPATH`` set to one checkout).
 Each repeat runs every cell once, the checkouts alternating, so that load from other jobs
@@ -20,6 +21,14 @@ Cells:
   (steady state), seconds from process start to the end of the first round, peak RSS, and
   whether ``torch._dynamo`` (and heavy optional modules) were imported.
 
+Peers (``--peers``, the interpreter of ``make peers``'s venv; used by default when it exists):
+each repeat also runs benchmarks/peers/measure.py once for each peer that a measured cell is
+compared with, its place among the checkouts alternating: SB3 A2C's env steps/s at the same
+budget (sync and async), TorchRL's 2x8 collector frames/s (processes), Flower's simulation
+(fedavg: ms per round, start-up, RSS). Next to each cell: the peer's figure in issue 18, the
+peer today, this / peer (median of per-repeat ratios) and the issue's target as a ratio to
+the peer. Without peers, the issue's quoted peer figures.
+
 Prints Markdown. Nothing here asserts on time.
 """
 
@@ -35,6 +44,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks.peers, from a checkout
+
+from benchmarks.peers import side_by_side as peers  # noqa: E402
 
 TRAIN_CHILD = r"""
 import sys, tempfile, time, resource, warnings
@@ -185,18 +197,39 @@ def main() -> None:
     parser.add_argument("--process-steps", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=20, help="fedavg rounds per run")
     parser.add_argument("--only", nargs="+", choices=sorted(RUNS), default=sorted(RUNS))
+    parser.add_argument("--peers", metavar="PYTHON", help="the peers' venv's python")
+    parser.add_argument("--no-peers", action="store_true", help="quote the issue's figures")
     args = parser.parse_args()
+    peer_python = peers.peers_python(args.peers, args.no_peers)
+    peer_args = {
+        "sb3-rate": ["--rate-steps", str(args.steps)],
+        "torchrl": ["--frames", str(args.process_steps)],
+        "flower": ["--rounds", str(args.rounds)],
+    }
 
     checkouts = {"this": ROOT} | ({"base": args.base.resolve()} if args.base else {})
     figures: dict[tuple[str, str], list[float]] = {}
+    peer: dict[str, list[float]] = {}
     heavy: dict[str, set[str]] = {name: set() for name in checkouts}
     hashes: dict[tuple[str, str], set[str]] = {}
     for repeat in range(args.repeats):
+        peers_done: set[str] = set()  # sync and async share one SB3 run per repeat
         for run in args.only:
-            order = list(checkouts.items())
+            order: list[tuple[str, Path | None]] = list(checkouts.items())
+            peer_run = peers.PERF_PEER_RUN.get(run) if peer_python is not None else None
+            if peer_run is not None and peer_run not in peers_done:
+                order.append(("peer", None))
+                peers_done.add(peer_run)
             if repeat % 2:
                 order.reverse()
             for name, checkout in order:
+                if checkout is None:
+                    assert peer_python is not None and peer_run is not None
+                    measured_peer = peers.measure(
+                        peer_python, peer_run, "--repeats", "1", *peer_args[peer_run]
+                    )
+                    peers.merge(peer, measured_peer)
+                    continue
                 cell = RUNS[run][0]
                 measured = CELLS[cell][0](checkout, args)
                 for cell in RUNS[run]:
@@ -208,27 +241,38 @@ def main() -> None:
 
     cells = [cell for run in args.only for cell in RUNS[run]]
     with_base = "base" in checkouts
+    side = peer_python is not None
     print(f"median of {args.repeats} repeats; this checkout: {ROOT}")
+    if side:
+        print(
+            f"peers measured in this run by {peer_python} (torch threads 1, as hybrid's "
+            "default); this / peer: median of per-repeat ratios"
+        )
     if with_base:
         print(f"base: {checkouts['base']}; ratio = this / base, median of per-repeat ratios\n")
-        print("| figure | base | this | ratio | target |")
-        print("|---|--:|--:|--:|--:|")
+        columns = ["figure", "base", "this", "ratio", "target"]
+        columns += peers.peer_columns(side, "this vs ")
     else:
-        print("\n| figure | measured | target | runs |")
-        print("|---|--:|--:|---|")
+        print()
+        columns = ["figure", "measured", "target", "runs", *peers.peer_columns(side)]
+    print(peers.markdown_header(columns))
     for cell in cells:
         this = figures[(cell, "this")]
         target = TARGETS.get(cell, "-")
+        figure = peers.PERF_CELLS.get(cell)
+        peer_runs = (peer.get(figure.name, []) if figure is not None else []) if side else None
+        peer_cells = peers.peer_cells(figure, this, peer_runs, paired=True)
         if with_base:
             base = figures[(cell, "base")]
             ratio = statistics.median(t / b for t, b in zip(this, base, strict=True))
-            print(
-                f"| {cell} | {statistics.median(base):,.2f} | {statistics.median(this):,.2f} "
-                f"| {ratio:.2f}x | {target} |"
-            )
+            own = [cell, f"{statistics.median(base):,.2f}", f"{statistics.median(this):,.2f}"]
+            own += [f"{ratio:.2f}x", target]
         else:
             runs = ", ".join(f"{x:,.1f}" for x in this)
-            print(f"| {cell} | {statistics.median(this):,.2f} | {target} | {runs} |")
+            own = [cell, f"{statistics.median(this):,.2f}", target, runs]
+        print(peers.markdown_row([*own, *peer_cells]))
+    for line in peers.peer_only_lines(peer):
+        print(f"\n{line}")
     for name in checkouts:
         print(f"\n{name}: modules imported by fedavg: {', '.join(sorted(heavy[name])) or 'none'}")
     serial = [(run, name) for (run, name) in hashes if run in ("sync", "async")]
