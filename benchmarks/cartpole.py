@@ -52,7 +52,7 @@ def target(table: dict[str, float], scheduler: str, fmt: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--schedulers", nargs="+", default=["sync", "async", "bounded"])
     parser.add_argument("--throughput-steps", type=int, default=50_000)

@@ -190,7 +190,7 @@ RUNS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--base", type=Path, help="another checkout to measure side by side")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=50_000, help="serial runs' budget")
