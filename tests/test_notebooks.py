@@ -22,8 +22,8 @@ SMALLEST: dict[str, dict[str, str]] = {
     "03_staleness_ablation.ipynb": {"BUDGET = 30_000 * SCALE": "BUDGET = 8_000"},
     # 20 clients, half of them per round: client_eval and topk's compression are per client
     "04_federated_edge_clients.ipynb": {"ROUNDS = 12 * SCALE": "ROUNDS = 2"},
-    # eval_every is 5,000 there
-    "05_cooperative_multiagent.ipynb": {"BUDGET = 20_000 * SCALE": "BUDGET = 5_000"},
+    # five updates of 400 joint steps per run; each run still ends on an evaluation
+    "05_cooperative_multiagent.ipynb": {"BUDGET = 20_000 * SCALE": "BUDGET = 2_000"},
     "06_scale_out.ipynb": {"total_env_steps=15_000 * SCALE": "total_env_steps=2_000"},
     # eval_every is 2,000 there
     "07_your_own_scheduler.ipynb": {"BUDGET = 6_000 * SCALE": "BUDGET = 4_000"},
