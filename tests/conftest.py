@@ -83,13 +83,30 @@ def crash_copy(run_dir, dest):
 # xdist worker: the leak checks (/dev/shm, the process tree) then see only their own
 # run's segments, and two Ray sessions never compete for one machine's ports.
 _SPAWNS = re.compile(r"\bray\b|processes|hogwild|ProcessRuntime|RayRuntime", re.I)
+# Module-scoped Ray instances: a test that takes one starts Ray whatever its source says.
+_RAY_FIXTURES = {"ray_session", "cluster"}
+
+
+def _spawning_text(item: pytest.Item) -> str:
+    """The test's source, plus the code cells of the notebook it runs (when it runs one)."""
+    try:
+        source = inspect.getsource(item.function)
+    except (OSError, TypeError):
+        source = ""
+    notebook = getattr(item, "callspec", None) and item.callspec.params.get("path")
+    if isinstance(notebook, os.PathLike) and str(notebook).endswith(".ipynb"):
+        import nbformat
+
+        cells = nbformat.read(notebook, as_version=4).cells
+        source += "\n".join(c.source for c in cells if c.cell_type == "code")
+    return source
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        try:
-            source = inspect.getsource(item.function)
-        except (OSError, TypeError):
-            source = ""
-        if _SPAWNS.search(item.nodeid) or _SPAWNS.search(source):
+        if (
+            _SPAWNS.search(item.nodeid)
+            or _RAY_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or _SPAWNS.search(_spawning_text(item))
+        ):
             item.add_marker(pytest.mark.xdist_group("spawns-processes"))

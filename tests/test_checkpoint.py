@@ -44,8 +44,8 @@ def _spans(run_dir):
 )
 def test_resume_is_bit_exact(tiny_config, tmp_path, changes):
     cfg = tiny_config(
-        total_env_steps=3_000,
-        checkpoint_every=15,
+        total_env_steps=1_500,
+        checkpoint_every=7,
         keep_checkpoints=100,
         stop_when_solved=False,
         eval_every=700,
@@ -112,11 +112,13 @@ def test_sigterm_checkpoints_flushes_and_resumes_to_the_same_result(tmp_path):
         "async",
         "--workers",
         "4",
+        # SIGTERM goes out at the first checkpoint (50 updates of 20 steps, ~1,000 steps):
+        # the run is then a quarter through, with an evaluation still ahead of it
         "--total-env-steps",
-        "8000",
+        "4000",
         "--no-stop-when-solved",
         "--eval-every",
-        "4000",
+        "2000",
         "--checkpoint-every",
         "50",
         "--progress=False",

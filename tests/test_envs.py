@@ -283,18 +283,20 @@ def test_gaussian_heads_state_independent_by_default_and_state_dependent_on_requ
 @pytest.mark.slow
 def test_pendulum_improves_clearly_over_the_random_policy(tmp_path):
     # A random policy scores about -1200; the full defaults reach >= -250 (benchmarks/envs.py).
+    # Seed 0 evaluated every 5k steps: -1216 at 5k, -1089 at 20k, -724 at 31k, -493 at 36k,
+    # -301 at 41k (this budget: 20 updates of 2,048 steps), -271 at 50k.
     result = hybrid.train(
         TrainConfig(
             env="Pendulum-v1",
-            total_env_steps=50_000,
-            eval_every=25_000,
+            total_env_steps=40_000,
+            eval_every=20_000,
             progress=False,
             out=str(tmp_path / "run"),
         ),
         lr_schedule="constant",  # a keyword wins over the env's default (linear)
     )
     assert result.config.normalize_obs and result.config.algo == "ppo"
-    assert result.final_eval_return > -700  # seeds 0-2 reach -230..-290 here
+    assert result.final_eval_return > -700  # seeds 0-2 reached -230..-290 at 50k
 
 
 # --- Atari: preprocessing and the Nature CNN -----------------------------------------------
