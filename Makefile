@@ -54,6 +54,7 @@ PEERS_VENV ?= .venv-peers
 
 $(PEERS_VENV)/.installed: benchmarks/peers/requirements.txt
 	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH)" $(TORCH_INDEX)
 	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(TORCH_INDEX) \
 	  -r benchmarks/peers/requirements.txt
 	touch $@
