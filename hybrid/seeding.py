@@ -18,7 +18,11 @@ def stream(base_seed: int, *key: int) -> np.random.SeedSequence:
 
 
 def int_seed(seq: np.random.SeedSequence) -> int:
-    """A 63-bit integer seed for APIs that take one (torch, Gymnasium)."""
+    """An integer seed below 2**63 for APIs that take one (torch, Gymnasium).
+
+    numpy promotes the uint64 words and the int list to float64, so the sum keeps about 53
+    significant bits (its lowest bits are rounded away). Kept as it is: every seed, and so
+    every pinned hash, derives from it; 2**53 values leave collisions negligible."""
     return int(seq.generate_state(2, dtype=np.uint32).astype(np.uint64) @ [1, 2**32]) >> 1
 
 
