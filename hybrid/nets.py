@@ -142,7 +142,7 @@ class ActorCritic(nn.Module):
         out = self._actor_no_grad(obs)
         if generator is None:
             return out.argmax(-1)
-        return _sample_categorical(out, torch.rand((*out.shape[:-1], 1), generator=generator))
+        return sample_categorical(out, torch.rand((*out.shape[:-1], 1), generator=generator))
 
     @property
     def groups_acting(self) -> bool:
@@ -174,7 +174,7 @@ class ActorCritic(nn.Module):
         u = torch.cat(
             [torch.rand((n, 1), generator=g) for g, n in zip(generators, sizes, strict=True)]
         )
-        return _sample_categorical(out, u)
+        return sample_categorical(out, u)
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -211,7 +211,20 @@ def tanh_mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -
     return x
 
 
-def _sample_categorical(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def batched_tanh_mlp(
+    layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor
+) -> torch.Tensor:
+    """``nets.tanh_mlp`` with a stack of W networks: weights [W, out, in], biases [W, out],
+    inputs [W, N, in] (row block w goes through network w)."""
+    last = len(layers) - 1
+    for i, (weight, bias) in enumerate(layers):
+        x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+        if i < last:
+            x = torch.tanh(x)
+    return x
+
+
+def sample_categorical(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling with uniforms ``u`` (one per row): several times cheaper than
     torch.multinomial on tiny batches."""
     cdf = torch.softmax(logits, -1).cumsum(-1)

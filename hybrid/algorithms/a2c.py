@@ -7,7 +7,7 @@ import torch
 
 from hybrid.algorithms.rollout import Rollout
 from hybrid.algorithms.vtrace import nstep_returns, vtrace
-from hybrid.nets import ActorCritic
+from hybrid.nets import ActorCritic, batched_tanh_mlp, tanh_mlp
 
 
 def gae(
@@ -143,11 +143,14 @@ def a2c_group_gradients(
     ent_coef: float = 0.01,
     vf_coef: float = 0.5,
     normalize_advantages: bool = False,
+    stacked: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, list[dict[str, float]]]:
     """``a2c_loss``'s gradient for each of several workers' rollouts, all taken at the
     parameters ``model`` holds, in one forward and one backward pass instead of one pair
     per worker (whose fixed cost dominates on small networks). Returns the flat gradients
     [W, numel] (in ``model.parameters()`` order) and each worker's loss statistics.
+    ``stacked`` [W, numel]: each worker's own flat parameters instead (federated clients
+    after their first local step); ``model`` then gives only the network's shape.
 
     Each worker gets its own copy of the parameters, stacked on a leading axis, and its
     rows of the batch go through its copy (batched matrix products); the sum of the
@@ -162,9 +165,7 @@ def a2c_group_gradients(
     ).float()  # [W, T*E + E, obs_dim]: each worker's batch and the observation after it
     actions = torch.stack([r.actions.reshape(T * E) for r in rollouts]).long()
 
-    # Every parameter broadcast to one copy per worker, [W, *shape] (no memory is copied):
-    # the leaves of this backward pass.
-    copies = {id(p): p.detach().expand(W, *p.shape).requires_grad_() for p in model.parameters()}
+    copies = _parameter_copies(model, W, stacked)
     critic_layers, actor_layers = model.plain_layers()
     # One critic pass, differentiable; the advantages use its values.
     all_values = batched_tanh_mlp(
@@ -179,8 +180,21 @@ def a2c_group_gradients(
             (w, t, i, obs) for w, r in enumerate(rollouts) for (t, i), obs in r.final_obs.items()
         ]
         if finals:  # a time limit is not a terminal state: bootstrap from the state it cut off
-            bootstrap = model.value(torch.stack([obs for *_, obs in finals])).numpy()
-            for (w, t, i, _), value in zip(finals, bootstrap, strict=True):
+            if stacked is None:
+                cut = model.value(torch.stack([obs for *_, obs in finals])).numpy()
+            else:  # each with its worker's own critic
+                cut = np.array(
+                    [
+                        float(
+                            tanh_mlp(
+                                [(copies[id(wt)][w], copies[id(b)][w]) for wt, b in critic_layers],
+                                obs.unsqueeze(0),
+                            )[0, 0]
+                        )
+                        for w, _, _, obs in finals
+                    ]
+                )
+            for (w, t, i, _), value in zip(finals, cut, strict=True):
                 rewards[w, t, i] += gamma * float(value)
         done = np.stack([(r.terminated | r.truncated).numpy() for r in rollouts])
         not_done = (~done).astype(np.float32)
@@ -222,14 +236,17 @@ def a2c_group_gradients(
     return flat, stats
 
 
-def batched_tanh_mlp(
-    layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor
-) -> torch.Tensor:
-    """``nets.tanh_mlp`` with a stack of W networks: weights [W, out, in], biases [W, out],
-    inputs [W, N, in] (row block w goes through network w)."""
-    last = len(layers) - 1
-    for i, (weight, bias) in enumerate(layers):
-        x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
-        if i < last:
-            x = torch.tanh(x)
-    return x
+def _parameter_copies(
+    model: ActorCritic, W: int, stacked: torch.Tensor | None
+) -> dict[int, torch.Tensor]:
+    """One copy of each of ``model``'s parameters per worker, [W, *shape], keyed by the
+    parameter's id: the leaves of a grouped backward pass. Without ``stacked``, every
+    parameter broadcast (``expand``: no memory copied); with it, worker w's own values."""
+    if stacked is None:
+        return {id(p): p.detach().expand(W, *p.shape).requires_grad_() for p in model.parameters()}
+    copies, offset = {}, 0
+    for p in model.parameters():
+        part = stacked[:, offset : offset + p.numel()].reshape(W, *p.shape)
+        copies[id(p)] = part.detach().clone().requires_grad_()
+        offset += p.numel()
+    return copies

@@ -6,6 +6,7 @@ receives), which the assembly (``hybrid/assembly.py``) makes from the run's conf
 from __future__ import annotations
 
 import functools
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from hybrid.clients import ClientSettings, apply_client_dynamics
 from hybrid.codecs import Codec, make_codec
 from hybrid.core.global_model import make_optimizer, plain_step
 from hybrid.envs import EnvInfo, EnvSettings, make_vector_env
-from hybrid.nets import ActorCritic, FlatParams
+from hybrid.nets import ActorCritic, FlatParams, batched_tanh_mlp, sample_categorical
 from hybrid.normalization import OBS_MEAN, OBS_VAR, NormalizationSettings, ObsNormalizer
 from hybrid.protocol import (
     CollectExperience,
@@ -338,6 +339,19 @@ def groups_gradients(workers: list[Worker], snapshot: Snapshot) -> bool:
     discrete-action MLP, each worker with its own single-agent envs."""
     if len(workers) < 2 or not isinstance(snapshot.task, ComputeGradient):
         return False
+    return _plain_a2c(workers)
+
+
+def groups_local_training(workers: list[Worker], snapshot: Snapshot) -> bool:
+    """Whether ``run_local_group`` computes these clients' rounds together: local A2C steps
+    of a discrete-action MLP with a local Adam or SGD (which step coordinate by coordinate)."""
+    task = snapshot.task
+    if len(workers) < 2 or not isinstance(task, TrainLocally):
+        return False
+    return task.optimizer in ("adam", "sgd") and _plain_a2c(workers)
+
+
+def _plain_a2c(workers: list[Worker]) -> bool:
     return all(
         isinstance(w.model, ActorCritic)
         and w.model.groups_acting
@@ -396,6 +410,106 @@ def run_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
                 episode_returns=rollout.episode_returns,
                 episode_lengths=rollout.episode_lengths,
                 stats=worker_stats,
+                nbytes=nbytes,
+                cost_s=cost_s,
+                task_index=worker.tasks_done,
+                obs_stats=worker.runner.take_obs_stats(),
+            )
+        )
+        worker.tasks_done += 1
+    return updates
+
+
+def run_local_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
+    """Federated clients' rounds (``Worker.run_local_training``) from one snapshot, computed
+    together: E local steps of every client at once.
+
+    The clients' parameters are rows of one [K, numel] tensor that their local optimizer
+    steps in one set of ops (Adam and SGD act coordinate by coordinate). Each step, every
+    client steps its own envs and samples with its own generator from one batched forward
+    pass over the rows, and one forward and one backward pass give every client's gradient
+    (``a2c_group_gradients``); each is clipped to ``local_max_grad_norm`` and given
+    FedProx's pull as one client alone would be. The updates are the one-at-a-time ones up
+    to float rounding. Callers check ``groups_local_training`` first.
+    """
+    started = time.perf_counter()
+    task = snapshot.task
+    assert isinstance(task, TrainLocally)
+    lead = workers[0]
+    settings = lead.settings
+    for worker in workers:
+        if snapshot.extras:
+            worker.load_extras(snapshot.extras)
+    K, E, steps = len(workers), lead.runner.num_envs, settings.rollout_steps
+    theta = snapshot.params.repeat(K, 1)  # row k: client k's parameters
+    optimizer = make_optimizer(
+        task.optimizer, [theta], task.lr, LOCAL_ADAM_EPS, settings.local_rmsprop_alpha
+    )
+    shapes, offset = {}, 0
+    for p in lead.model.parameters():
+        shapes[id(p)] = (offset, p.shape)
+        offset += p.numel()
+
+    def rows(param: torch.Tensor) -> torch.Tensor:  # [K, *shape]: every client's copy
+        start, shape = shapes[id(param)]
+        return theta[:, start : start + math.prod(shape)].view(K, *shape)
+
+    _, actor_layers = lead.model.plain_layers()
+    max_norm = settings.local_max_grad_norm
+    returns: list[list[float]] = [[] for _ in workers]
+    lengths: list[list[int]] = [[] for _ in workers]
+    totals: list[dict[str, float]] = [{} for _ in workers]
+    env_steps = [0] * K
+    for _ in range(task.steps):
+        collections = [w.runner.start_collection(steps) for w in workers]
+        actor = [(rows(weight), rows(bias)) for weight, bias in actor_layers]
+        with torch.no_grad():
+            for t in range(steps):
+                logits = batched_tanh_mlp(
+                    actor, torch.stack([c.policy_obs(t) for c in collections])
+                )
+                u = torch.stack([torch.rand((E, 1), generator=w.generator) for w in workers])
+                actions = sample_categorical(logits, u).numpy()
+                for collection, action in zip(collections, actions, strict=True):
+                    collection.step(t, action)
+        rollouts = [c.finish() for c in collections]
+        grads, stats = a2c_group_gradients(
+            lead.model, rollouts, **lead.loss_fn.keywords, stacked=theta
+        )
+        if max_norm > 0:  # each client's clip of its RL gradient, not of the pull home
+            norms = torch.linalg.vector_norm(grads, dim=1, keepdim=True)
+            grads.mul_(torch.clamp(max_norm / (norms + 1e-6), max=1.0))
+        if task.prox_mu > 0:
+            difference = theta - snapshot.params
+            drifts = (difference * difference).sum(1).tolist()
+            for client_stats, drift in zip(stats, drifts, strict=True):
+                client_stats["losses/prox_drift"] = drift
+            grads.add_(difference, alpha=task.prox_mu)
+        if not plain_step(optimizer, theta, grads):
+            theta.grad = grads
+            optimizer.step()
+            theta.grad = None
+        for k, rollout in enumerate(rollouts):
+            env_steps[k] += rollout.env_steps
+            returns[k] += rollout.episode_returns
+            lengths[k] += rollout.episode_lengths
+            for name, value in stats[k].items():
+                totals[k][name] = totals[k].get(name, 0.0) + value
+    deltas = snapshot.params - theta
+    cost_s = (time.perf_counter() - started) / K
+    updates = []
+    for k, worker in enumerate(workers):
+        payload, nbytes = worker.encode(deltas[k].clone())
+        updates.append(
+            Update(
+                worker_id=worker.worker_id,
+                base_version=snapshot.version,
+                payload=payload,
+                kind=Payload.DELTA,
+                env_steps=env_steps[k],
+                episode_returns=returns[k],
+                episode_lengths=lengths[k],
+                stats={name: total / task.steps for name, total in totals[k].items()},
                 nbytes=nbytes,
                 cost_s=cost_s,
                 task_index=worker.tasks_done,

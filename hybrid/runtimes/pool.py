@@ -24,13 +24,13 @@ client profiles it builds from are ``hybrid.clients``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 
 from hybrid.clients import ClientCostModel, ClientSettings
-from hybrid.core.worker import Worker, WorkerSettings
+from hybrid.core.worker import Worker, WorkerSettings, groups_local_training, run_local_group
 from hybrid.protocol import Snapshot, Update
 
 if TYPE_CHECKING:
@@ -151,6 +151,49 @@ class EdgeClients:
             if not lent or lent[0].envs is not client.runner.envs:
                 client.close()  # its own env; a lent one stays open for the next client
 
+    def run_group(self, worker_ids: list[int], snapshot: Snapshot, lent: list[Any]) -> list[Update]:
+        """Clients ``worker_ids`` starting their rounds from one snapshot, on an executor that
+        runs them one after another: built at once and computed together where they can be
+        (``run_local_group``: one forward and one backward pass per local step for all of
+        them), else one at a time. ``lent`` as in ``run``; clients past the first borrow the
+        spare envs kept there (``LentParts.spare_envs``), as many as a round has clients."""
+        parts: LentParts | None = lent[0] if lent else None
+        incarnation = max(snapshot.version, 0)
+        shared = parts.model if parts is not None else None
+        clients: list[Worker] = []
+        for i, worker_id in enumerate(worker_ids):
+            envs = None
+            if parts is not None and parts.envs is not None:
+                spare = parts.spare_envs
+                envs = parts.envs if i == 0 else spare[i - 1] if i <= len(spare) else None
+            client = Worker(
+                worker_id,
+                self.settings,
+                self.info,
+                incarnation,
+                shared_model=shared,
+                lent_envs=envs,
+            )
+            if shared is None and client.shares_model:
+                shared = (client.model, client.flat)
+            clients.append(client)
+        if not lent:
+            first = clients[0].runner.envs
+            lent.append(LentParts(model=shared, envs=first if resets_completely(first) else None))
+        parts = lent[0]
+        if parts.envs is not None:  # keep the new clients' envs for the next rounds
+            for client in clients[1 + len(parts.spare_envs) :]:
+                parts.spare_envs.append(client.runner.envs)
+        kept = {id(parts.envs), *map(id, parts.spare_envs)}
+        try:
+            if groups_local_training(clients, snapshot):
+                return run_local_group(clients, snapshot)
+            return [client.run_task(snapshot) for client in clients]
+        finally:
+            for client in clients:
+                if id(client.runner.envs) not in kept:
+                    client.close()
+
     def cost_model(self) -> Any:
         return ClientCostModel(self.clients)
 
@@ -162,6 +205,8 @@ class LentParts:
 
     model: tuple[torch.nn.Module, FlatParams] | None
     envs: gym.vector.VectorEnv | None
+    spare_envs: list[gym.vector.VectorEnv] = field(default_factory=list)
+    """More envs like ``envs``, for the clients of a round computed together (``run_group``)."""
 
 
 def resets_completely(envs: gym.vector.VectorEnv) -> bool:

@@ -16,10 +16,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybrid.checkpoint import update_from_state, update_to_state
-from hybrid.core.worker import Worker, groups_gradients, run_group
+from hybrid.core.worker import (
+    Worker,
+    groups_gradients,
+    groups_local_training,
+    run_group,
+    run_local_group,
+)
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
-from hybrid.runtimes.pool import WorkerPool
+from hybrid.runtimes.pool import EdgeClients, WorkerPool
 from hybrid.seeding import CLOCK, stream
 
 if TYPE_CHECKING:
@@ -119,15 +125,24 @@ class SerialRuntime:
         self._schedule(worker_id, snapshot, update)
 
     def dispatch_group(self, worker_ids: list[int], snapshot: Snapshot) -> None:
-        """Start several workers on one snapshot: persistent A2C gradient workers compute
-        their tasks together (``run_group``: one forward pass per env step for all their
-        envs, one batched gradient call), everything else one task at a time."""
+        """Start several workers on one snapshot, computed together where they can be: A2C
+        gradient tasks (``run_group``) and federated clients' local steps
+        (``run_local_group``; edge clients through ``EdgeClients.run_group``), one forward
+        pass per env step and one backward pass per update for all of them; anything else
+        one task at a time."""
         group = [] if self.on_demand else [self.workers[w] for w in worker_ids]
-        if not groups_gradients(group, snapshot):
+        if self.on_demand and len(worker_ids) > 1 and isinstance(snapshot.task, TrainLocally):
+            assert isinstance(self.pool, EdgeClients)
+            updates = self.pool.run_group(worker_ids, snapshot, self._client_models)
+        elif groups_gradients(group, snapshot):
+            updates = run_group(group, snapshot)
+        elif groups_local_training(group, snapshot):
+            updates = run_local_group(group, snapshot)
+        else:
             for worker_id in worker_ids:
                 self.dispatch(worker_id, snapshot)
             return
-        for worker_id, update in zip(worker_ids, run_group(group, snapshot), strict=True):
+        for worker_id, update in zip(worker_ids, updates, strict=True):
             self._schedule(worker_id, snapshot, update)
 
     def _schedule(self, worker_id: int, snapshot: Snapshot, update: Update) -> None:
