@@ -170,17 +170,39 @@ class Worker:
             loss, stats = self.loss_fn(self.model, rollout)
             loss.backward()
             payload, nbytes = self.encode(self.flat.grad())
+        return self.finish_task(
+            snapshot,
+            (payload, nbytes),
+            kind,
+            rollout.env_steps,
+            (rollout.episode_returns, rollout.episode_lengths),
+            stats,
+            time.perf_counter() - started,
+        )
+
+    def finish_task(
+        self,
+        snapshot: Snapshot,
+        payload: tuple[Any, int],
+        kind: Payload,
+        env_steps: int,
+        episodes: tuple[list[float], list[int]],
+        stats: dict[str, float],
+        cost_s: float,
+    ) -> Update:
+        """The ``Update`` of the task just done (``payload``: what travels and its size in
+        bytes; ``episodes``: the returns and lengths of the episodes it ended); counts it."""
         update = Update(
             worker_id=self.worker_id,
             base_version=snapshot.version,
-            payload=payload,
+            payload=payload[0],
             kind=kind,
-            env_steps=rollout.env_steps,
-            episode_returns=rollout.episode_returns,
-            episode_lengths=rollout.episode_lengths,
+            env_steps=env_steps,
+            episode_returns=episodes[0],
+            episode_lengths=episodes[1],
             stats=stats,
-            nbytes=nbytes,
-            cost_s=time.perf_counter() - started,
+            nbytes=payload[1],
+            cost_s=cost_s,
             task_index=self.tasks_done,
             obs_stats=self.runner.take_obs_stats(),
         )
@@ -258,23 +280,15 @@ class Worker:
             lengths += rollout.episode_lengths
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
-        payload, nbytes = self.encode(snapshot.params - self.flat.flat)
-        update = Update(
-            worker_id=self.worker_id,
-            base_version=snapshot.version,
-            payload=payload,
-            kind=Payload.DELTA,
-            env_steps=env_steps,
-            episode_returns=returns,
-            episode_lengths=lengths,
-            stats={name: total / task.steps for name, total in totals.items()},
-            nbytes=nbytes,
-            cost_s=time.perf_counter() - started,
-            task_index=self.tasks_done,
-            obs_stats=self.runner.take_obs_stats(),
+        return self.finish_task(
+            snapshot,
+            self.encode(snapshot.params - self.flat.flat),
+            Payload.DELTA,
+            env_steps,
+            (returns, lengths),
+            {name: total / task.steps for name, total in totals.items()},
+            time.perf_counter() - started,
         )
-        self.tasks_done += 1
-        return update
 
     def load_extras(self, extras: dict[str, torch.Tensor]) -> None:
         """Server state besides θ: observation statistics for the runner, the rest (e.g. a
@@ -395,29 +409,20 @@ def run_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
     rollouts = [c.finish() for c in collections]
     gradients, stats = a2c_group_gradients(model, rollouts, **lead.loss_fn.keywords)
     cost_s = (time.perf_counter() - started) / len(workers)
-    updates = []
-    for worker, rollout, gradient, worker_stats in zip(
-        workers, rollouts, gradients, stats, strict=True
-    ):
-        payload, nbytes = worker.encode(gradient.clone())
-        updates.append(
-            Update(
-                worker_id=worker.worker_id,
-                base_version=snapshot.version,
-                payload=payload,
-                kind=Payload.GRADIENT,
-                env_steps=rollout.env_steps,
-                episode_returns=rollout.episode_returns,
-                episode_lengths=rollout.episode_lengths,
-                stats=worker_stats,
-                nbytes=nbytes,
-                cost_s=cost_s,
-                task_index=worker.tasks_done,
-                obs_stats=worker.runner.take_obs_stats(),
-            )
+    return [
+        worker.finish_task(
+            snapshot,
+            worker.encode(gradient.clone()),
+            Payload.GRADIENT,
+            rollout.env_steps,
+            (rollout.episode_returns, rollout.episode_lengths),
+            worker_stats,
+            cost_s,
         )
-        worker.tasks_done += 1
-    return updates
+        for worker, rollout, gradient, worker_stats in zip(
+            workers, rollouts, gradients, stats, strict=True
+        )
+    ]
 
 
 def run_local_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
@@ -497,27 +502,18 @@ def run_local_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
                 totals[k][name] = totals[k].get(name, 0.0) + value
     deltas = snapshot.params - theta
     cost_s = (time.perf_counter() - started) / K
-    updates = []
-    for k, worker in enumerate(workers):
-        payload, nbytes = worker.encode(deltas[k].clone())
-        updates.append(
-            Update(
-                worker_id=worker.worker_id,
-                base_version=snapshot.version,
-                payload=payload,
-                kind=Payload.DELTA,
-                env_steps=env_steps[k],
-                episode_returns=returns[k],
-                episode_lengths=lengths[k],
-                stats={name: total / task.steps for name, total in totals[k].items()},
-                nbytes=nbytes,
-                cost_s=cost_s,
-                task_index=worker.tasks_done,
-                obs_stats=worker.runner.take_obs_stats(),
-            )
+    return [
+        worker.finish_task(
+            snapshot,
+            worker.encode(deltas[k].clone()),
+            Payload.DELTA,
+            env_steps[k],
+            (returns[k], lengths[k]),
+            {name: total / task.steps for name, total in totals[k].items()},
+            cost_s,
         )
-        worker.tasks_done += 1
-    return updates
+        for k, worker in enumerate(workers)
+    ]
 
 
 def add_proximal_gradient(
