@@ -214,7 +214,7 @@ def tanh_mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -
 def batched_tanh_mlp(
     layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor
 ) -> torch.Tensor:
-    """``nets.tanh_mlp`` with a stack of W networks: weights [W, out, in], biases [W, out],
+    """``tanh_mlp`` with a stack of W networks: weights [W, out, in], biases [W, out],
     inputs [W, N, in] (row block w goes through network w)."""
     last = len(layers) - 1
     for i, (weight, bias) in enumerate(layers):

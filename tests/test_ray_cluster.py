@@ -9,6 +9,7 @@ segment, no listening GCS port.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -136,10 +137,16 @@ def _spy(monkeypatch, after: int = 0, then=None) -> dict:
     return seen
 
 
-def _peer(conn) -> str:
+def _peer(conn) -> str | None:
+    """The address a task connection goes to; None once its peer is gone (a node just
+    killed, before the runtime notices: the spy records, it does not judge)."""
     sock = socket.socket(fileno=os.dup(conn.fileno()))
     try:
         return sock.getpeername()[0]
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            return None
+        raise
     finally:
         sock.close()
 
