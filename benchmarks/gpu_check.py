@@ -73,7 +73,7 @@ def scaling_table(args: argparse.Namespace) -> None:
 def learner_rate(algo: str, device: str, args: argparse.Namespace) -> tuple[float, float]:
     """(frames learned per second, learner directions per second) of one learner."""
     from hybrid.assembly import global_model, scheduler_settings, worker_settings
-    from hybrid.core.loop import initial_params, learner_device, make_learner
+    from hybrid.trainer import initial_params, learner_device, make_learner
     from hybrid.core.worker import Worker
     from hybrid.envs import describe
     from hybrid.protocol import CollectExperience, Step

@@ -13,7 +13,7 @@ from hybrid.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
     from hybrid.analysis import Comparison, compare, load_runs
-    from hybrid.core.loop import Result, train
+    from hybrid.trainer import Result, train
     from hybrid.protocol import (
         CollectExperience,
         ComputeGradient,
@@ -63,9 +63,9 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # Imported lazily so that `import hybrid` (and the analysis tools) stay light.
     if name in ("train", "Result"):
-        from hybrid.core import loop
+        from hybrid import trainer
 
-        return getattr(loop, name)
+        return getattr(trainer, name)
     if name in ("compare", "load_runs", "Comparison"):
         from hybrid import analysis
 

@@ -4,7 +4,7 @@ component's own settings from it.
 Components (worker, global model, algorithms, evaluator, envs, clients, runtimes) take
 small frozen dataclasses defined beside them (``WorkerSettings``, ``ServerSettings``,
 ``AlgoSettings``, ``EvalSettings``, ``EnvSettings``, ``ClientSettings``,
-``RuntimeSettings``...), never the config. ``train()`` (hybrid/core/loop.py) calls the
+``RuntimeSettings``...), never the config. ``train()`` (hybrid/trainer.py) calls the
 builders below; a plug-in builds its own settings in its registration
 (``EnvFamily.settings``, ``FinalEvaluation.settings``). The settings are picklable, so
 the parallel runtimes send them, not the config, to their worker processes and actors.

@@ -158,7 +158,8 @@ class _InstantRuntime:
 
 def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: float) -> float:
     """CPU seconds of the one loop per update, applying nothing (the apply is timed apart)."""
-    from hybrid.core.loop import Training, initial_params, make_learner
+    from hybrid.core.loop import Training
+    from hybrid.trainer import initial_params, make_learner
     from hybrid.schedulers import make_scheduler
     from hybrid.tracking import Tracker
 

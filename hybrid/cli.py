@@ -29,7 +29,8 @@ commands:
 
 
 def train_command(argv: Sequence[str]) -> int:
-    from hybrid.core.loop import Diverged, Interrupted, train
+    from hybrid.core.loop import Diverged, Interrupted
+    from hybrid.trainer import train
 
     try:
         cfg = parse_train_args(argv)
@@ -163,7 +164,7 @@ def demo_command(argv: Sequence[str]) -> int:
         help="worker speeds on the virtual clock; with equal speeds bounded(s=4) never waits",
     )
     args = parser.parse_args(argv)
-    from hybrid.core.loop import train
+    from hybrid.trainer import train
 
     out = Path(args.out)
     for scheduler in args.schedulers:

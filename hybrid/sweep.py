@@ -787,7 +787,7 @@ class RunBuilder:
         self.envs: dict[str, Any] = {}
 
     def __call__(self, values: dict[str, Any]) -> PlannedRun:
-        from hybrid.core.loop import check_head
+        from hybrid.trainer import check_head
         from hybrid.envs import describe
         from hybrid.schedulers import typed_scheduler_args
 

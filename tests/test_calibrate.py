@@ -14,7 +14,7 @@ from hybrid.cli import main as cli_main
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.config import TrainConfig
 from hybrid.core.global_model import GlobalModel
-from hybrid.core.loop import initial_params
+from hybrid.trainer import initial_params
 from hybrid.envs import describe
 from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime, SharedCores
 

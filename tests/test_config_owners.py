@@ -26,6 +26,7 @@ ASSEMBLY = {
     "hybrid.defaults",  # per-env defaults of the fields themselves
     "hybrid.assembly",  # builds every component's settings from the config
     "hybrid.core.loop",  # train(): reads the run's own fields, builds through hybrid.assembly
+    "hybrid.trainer",  # train(): reads the run's own fields, builds through hybrid.assembly
     "hybrid.cli",
     "hybrid.flags",
     "hybrid.sweep",

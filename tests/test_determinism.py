@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import hybrid
-from hybrid.core.loop import initial_params
+from hybrid.trainer import initial_params
 from hybrid.envs import describe
 
 

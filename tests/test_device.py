@@ -26,7 +26,7 @@ NO_CUDA = pytest.mark.skipif(
 
 # final_params_sha256 of these runs on main before --device existed (commit b678f3a).
 # async_a2c's first round computes the workers' gradients together (run_group); when that
-# batched computation changed (vmap -> stacked parameter copies, issue 18) its rounding
+# batched computation changed (vmap -> stacked parameter copies) its rounding
 # changed, and the hash was taken again with --device unset.
 BEFORE_DEVICES = {
     "async_a2c": ("c328319f7908a6cbf4367ab43faed50707fb16700df093970765ea17297a3358", {}),
@@ -148,7 +148,7 @@ def test_a_learner_moved_to_a_device_still_loads_and_reads_one_flat_buffer():
 def test_auto_keeps_theta_on_cpu_where_workers_write_it(monkeypatch):
     """With a GPU, auto is cuda, except under Hogwild! (workers step θ in shared CPU
     memory) and for multi-agent learners, where cuda itself is refused in one line."""
-    from hybrid.core.loop import learner_device
+    from hybrid.trainer import learner_device
     from hybrid.envs import describe
     from hybrid.schedulers import make_scheduler
 

@@ -1,4 +1,4 @@
-"""Federated averaging across simulated edge clients (issue 6).
+"""Federated averaging across simulated edge clients.
 
 Scheduler maths and policy on hand-made updates; client profiles and env variants;
 equivalence with sync; the virtual clock's round time; per-client fairness; memory
@@ -34,7 +34,8 @@ from hybrid.clients import (
 )
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step
-from hybrid.core.loop import initial_params, make_task
+from hybrid.core.loop import make_task
+from hybrid.trainer import initial_params
 from hybrid.core.worker import Worker
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot, TrainLocally

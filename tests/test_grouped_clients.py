@@ -10,7 +10,8 @@ import torch
 import hybrid
 from hybrid.assembly import client_settings, env_settings, worker_settings
 from hybrid.config import TrainConfig
-from hybrid.core.loop import initial_params, make_task
+from hybrid.core.loop import make_task
+from hybrid.trainer import initial_params
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot, TrainLocally
 from hybrid.runtimes import pool as pool_module
