@@ -15,6 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybrid.errors import ConfigError  # re-exported: the name users import from here
+from hybrid.scheduler_settings import BUILT_IN_SETTINGS, field_defaults, settings_from_fields
+
+# The built-in schedulers' own fields: their defaults (and checks) are those of each
+# scheduler's Settings dataclass (hybrid/scheduler_settings.py), written there once.
+_BOUNDED = field_defaults(BUILT_IN_SETTINGS["bounded"])
+_ACTOR_LEARNER = field_defaults(BUILT_IN_SETTINGS["hybrid"])
+_FEDAVG = field_defaults(BUILT_IN_SETTINGS["fedavg"])
 
 
 @dataclass
@@ -88,9 +95,9 @@ class TrainConfig:
     """fedadam / fedyogi: second-moment β2, in [0, 1) (the paper's 0.99, not torch's 0.999)."""
 
     # --- bounded staleness -----------------------------------------------------------------------
-    staleness_bound: int = 4
+    staleness_bound: int = _BOUNDED["staleness_bound"]
     """SSP bound s: a worker may run at most s clocks ahead of the slowest (bounded only)."""
-    staleness_aware_lr: bool = False
+    staleness_aware_lr: bool = _BOUNDED["staleness_aware_lr"]
     """Scale each step by 1/max(1, tau), tau = staleness (Zhang et al. 2016; bounded only)."""
 
     # --- serial runtime: the virtual clock's cost model -------------------------------------------
@@ -133,10 +140,10 @@ class TrainConfig:
     inject_worker_faults: float = 0.0
     """Chance per task that its worker is SIGKILLed (processes, ray; seeded): fault studies."""
 
-    # --- actor-learner (hybrid scheduler) and Q-learning (issue 4) -------------------------------
-    learner_batch: int = 8
+    # --- actor-learner (hybrid scheduler) and Q-learning -------------------------------
+    learner_batch: int = _ACTOR_LEARNER["learner_batch"]
     """hybrid: trajectories per learner batch (B)."""
-    max_policy_lag: int = 100
+    max_policy_lag: int = _ACTOR_LEARNER["max_policy_lag"]
     """hybrid: drop trajectories acted more than this many versions ago."""
     correction: str = "vtrace"
     """hybrid + a2c: off-policy correction of the learner, vtrace or none (the ablation)."""
@@ -167,13 +174,13 @@ class TrainConfig:
     target_every: int = 100
     """nstep_q: refresh the target network every this many global versions."""
 
-    # --- federated (issue 6) ------------------------------------------------------------------
+    # --- federated ------------------------------------------------------------------
     clients: int | None = None
     """Simulated edge clients K (hybrid/clients.py), worker ids 0..K-1: each runs its own env
     variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
     on demand for each task, so memory grows with the clients per round, not with K (topk error
     feedback is then per task). Unset: the persistent `workers` are the participants."""
-    client_fraction: float = 0.1
+    client_fraction: float = _FEDAVG["client_fraction"]
     """fedavg: fraction C of the K clients sampled per round, max(1, floor(C*K)); in (0, 1]."""
     local_steps: int = 50
     """fedavg: local updates E per client and round, each one rollout of rollout_steps. An
@@ -198,14 +205,14 @@ class TrainConfig:
     """Median client downlink in Mbit/s (θ's download time on the virtual clock)."""
     client_link_sigma: float = 0.0
     """Lognormal sigma of the client links around their medians (0: all equal)."""
-    client_dropout: float = 0.0
+    client_dropout: float = _FEDAVG["client_dropout"]
     """fedavg: probability that a sampled client drops out of its round (never reports)."""
-    client_availability: float = 1.0
+    client_availability: float = _FEDAVG["client_availability"]
     """fedavg: probability that a client can be sampled in a given round."""
-    round_deadline_s: float = 0.0
+    round_deadline_s: float = _FEDAVG["round_deadline_s"]
     """fedavg: seconds after a round starts when the server stops waiting (0: no deadline);
     virtual seconds on the serial runtime."""
-    late_policy: str = "drop"
+    late_policy: str = _FEDAVG["late_policy"]
     """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
     with its staleness (admit: asynchronous FL)."""
     client_eval_clients: int = 50
@@ -213,7 +220,7 @@ class TrainConfig:
     client_eval_episodes: int = 2
     """Deterministic episodes per evaluated client."""
 
-    # --- checkpoints and faults (issue 10) -------------------------------------------------------
+    # --- checkpoints and faults -------------------------------------------------------
     checkpoint_every: int = 0
     """Write a checkpoint every this many global versions (and at the end); 0: none."""
     keep_checkpoints: int = 2
@@ -223,7 +230,7 @@ class TrainConfig:
     resume: str = ""
     """Continue the run in this directory from its newest checkpoint (its stored config)."""
 
-    # --- multi-agent (issue 7) --------------------------------------------------------------------
+    # --- multi-agent --------------------------------------------------------------------
     param_sharing: str = "all"
     """Multi-agent: which agents share one network: all (parameter sharing), none (per-agent
     parameters), or groups of agent names, e.g. "agent_0,agent_1;agent_2"."""
@@ -251,7 +258,7 @@ class TrainConfig:
     clip_vloss: bool = True
     """PPO: clip the value update around the values at collection time."""
 
-    # --- environments (issue 11) ---------------------------------------------------------------
+    # --- environments ---------------------------------------------------------------
     env_defaults: bool = True
     """Give every field left at its global default the env's value from hybrid/defaults.py
     (e.g. Pendulum-v1's gamma and normalization); --no-env-defaults keeps the global ones.
@@ -377,7 +384,6 @@ class TrainConfig:
         ):
             _at_least(name, getattr(self, name), 1)
         _at_least("layers", self.layers, 0)
-        _at_least("staleness_bound", self.staleness_bound, 0)
         _at_least("checkpoint_every", self.checkpoint_every, 0)
         _at_least("keep_checkpoints", self.keep_checkpoints, 1)
         _in_range("gamma", self.gamma, 0.0, 1.0)
@@ -401,9 +407,8 @@ class TrainConfig:
         # actor-learner and Q-learning
         _choice("correction", self.correction, ("vtrace", "none"))
         _choice("replay", self.replay, ("prioritized", "uniform"))
-        for name in ("learner_batch", "replay_batch", "learner_updates", "q_nstep", "target_every"):
+        for name in ("replay_batch", "learner_updates", "q_nstep", "target_every"):
             _at_least(name, getattr(self, name), 1)
-        _at_least("max_policy_lag", self.max_policy_lag, 0)
         _at_least("learning_starts", self.learning_starts, 0)
         _at_least("replay_capacity", self.replay_capacity, 1)
         if self.replay_capacity < self.replay_batch:
@@ -424,8 +429,6 @@ class TrainConfig:
         # federated
         if self.clients is not None:
             _at_least("clients", self.clients, 1)
-        if not 0.0 < _number("client_fraction", self.client_fraction) <= 1.0:
-            raise ConfigError(f"client_fraction: {self.client_fraction} is outside (0, 1]")
         _at_least("local_steps", self.local_steps, 1)
         _choice("local_optimizer", self.local_optimizer, ("sgd", "adam"))
         _positive("local_lr", self.local_lr)
@@ -434,13 +437,11 @@ class TrainConfig:
             raise ConfigError(f"server_momentum: {self.server_momentum} is outside [0, 1)")
         for name in ("client_uplink_mbps", "client_downlink_mbps"):
             _positive(name, getattr(self, name))
-        for name in ("client_link_sigma", "round_deadline_s"):
-            _non_negative(name, getattr(self, name))
-        if not 0.0 <= _number("client_dropout", self.client_dropout) < 1.0:
-            raise ConfigError(f"client_dropout: {self.client_dropout} is outside [0, 1)")
-        if not 0.0 < _number("client_availability", self.client_availability) <= 1.0:
-            raise ConfigError(f"client_availability: {self.client_availability} is outside (0, 1]")
-        _choice("late_policy", self.late_policy, ("drop", "admit"))
+        _non_negative("client_link_sigma", self.client_link_sigma)
+        # The built-in schedulers' own fields (staleness_bound, learner_batch, max_policy_lag,
+        # client_fraction, client_dropout, client_availability, round_deadline_s, late_policy)
+        # are checked by their Settings dataclasses, written there once.
+        self._check_built_in_scheduler_fields()
         _at_least("client_eval_clients", self.client_eval_clients, 1)
         _at_least("client_eval_episodes", self.client_eval_episodes, 1)
         check_dynamics(self.client_dynamics, self.env)
@@ -471,6 +472,25 @@ class TrainConfig:
         self._check_upper_bounds()
         self._check_no_dead_flags(family is not None and family.name == "multiagent")
 
+    def _check_built_in_scheduler_fields(self) -> None:
+        """Each built-in scheduler's fields hold a value of its default's type, and pass its
+        Settings dataclass's checks (every scheduler's, as for every other field: a flag is
+        checked whether or not its scheduler runs)."""
+        for scheduler, settings_class in BUILT_IN_SETTINGS.items():
+            for name, default in field_defaults(settings_class).items():
+                value = getattr(self, name)
+                if isinstance(default, bool):
+                    if not isinstance(value, bool):
+                        raise ConfigError(f"{name}: {value!r} is not true or false")
+                elif isinstance(default, int):
+                    if isinstance(value, bool) or not isinstance(value, int):
+                        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+                elif isinstance(default, float):
+                    _number(name, value)
+                elif isinstance(default, str) and not isinstance(value, str):
+                    raise ConfigError(f"{name}: {value!r} is not a string")
+            settings_from_fields(scheduler, {name: getattr(self, name) for name in vars(self)})
+
     def _check_scheduler(self) -> None:
         from hybrid import registry
 
@@ -484,9 +504,7 @@ class TrainConfig:
             return
         # Yours (registered, or a module:Class path): its class and Settings are checked where
         # they live, which imports the scheduler (your code) but no other component.
-        from hybrid.schedulers import check_scheduler
-
-        check_scheduler(self.scheduler, self.scheduler_args)
+        registry.check_user_scheduler(self.scheduler, self.scheduler_args)
 
     def _check_cluster(self) -> None:
         from hybrid.cluster_profile import ClusterProfile, is_profile_path
@@ -544,7 +562,7 @@ class TrainConfig:
 
     def _check_upper_bounds(self) -> None:
         """Upper bounds: what can run at all. Memory that depends on the env's spaces is
-        checked once the env is known (hybrid.core.loop.check_resources)."""
+        checked once the env is known (hybrid.trainer.check_resources)."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and abs(value) > FLOAT32_MAX:
@@ -587,7 +605,7 @@ class TrainConfig:
 
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     # Who owns each field: the component it configures. Only the assembly (hybrid/assembly.py,
-    # hybrid/core/loop.py, cli, flags, sweep, calibrate, config and its checks, a plug-in's
+    # hybrid/trainer.py, cli, flags, sweep, calibrate, config and its checks, a plug-in's
     # registration) reads the config; components get their own settings dataclasses from it
     # (tests/test_config_owners.py fails on a component that reads or imports the config).
     "run": (
@@ -648,19 +666,10 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
         "server_beta2",
         "server_momentum",
     ),
-    "bounded": ("staleness_bound", "staleness_aware_lr"),
-    "actor_learner": ("learner_batch", "max_policy_lag"),
-    "fedavg": (
-        "client_fraction",
-        "local_steps",
-        "local_optimizer",
-        "local_lr",
-        "prox_mu",
-        "client_dropout",
-        "client_availability",
-        "round_deadline_s",
-        "late_policy",
-    ),
+    # a built-in scheduler owns the fields of its Settings dataclass (hybrid.registry)
+    "bounded": tuple(_BOUNDED),
+    "actor_learner": tuple(_ACTOR_LEARNER),
+    "fedavg": (*_FEDAVG, "local_steps", "local_optimizer", "local_lr", "prox_mu"),
     "clients": (
         "clients",
         "client_dynamics",

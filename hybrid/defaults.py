@@ -265,11 +265,9 @@ def defaults_for(env_id: str, cfg: TrainConfig | None = None) -> tuple[str, dict
 
 def _spaces(env_id: str, cfg: TrainConfig | None) -> tuple[bool, bool]:
     """(image observations, continuous actions), from one probe of the env."""
-    from hybrid.assembly import env_settings
-    from hybrid.envs import describe
+    from hybrid.registry import env_spaces
 
-    info = describe(env_id, env_settings(cfg) if cfg is not None else None)
-    return info.image, info.continuous
+    return env_spaces(env_id, cfg)
 
 
 def env_defaults(env_id: str) -> dict[str, Any]:
@@ -315,10 +313,10 @@ _DELTA_ALGOS = {"ppo", "mappo", "ippo"}  # their workers send Δ; a2c, nstep_q s
 def _trains_locally(cfg: TrainConfig) -> bool:
     """Whether the scheduler's workers train locally and send Δ (fedavg, FedBuff)."""
     from hybrid.protocol import TrainLocally
-    from hybrid.schedulers import resolve_scheduler
+    from hybrid.registry import scheduler_task_kind
 
     try:
-        return resolve_scheduler(cfg.scheduler).cls.task_kind is TrainLocally
+        return scheduler_task_kind(cfg.scheduler) is TrainLocally
     except ConfigError:
         return False  # an unknown scheduler: validation says so
 
@@ -334,7 +332,7 @@ def apply_runtime_defaults(cfg: TrainConfig, keep: Iterable[str] = ()) -> TrainC
         and "workers" not in keep
         and _same(cfg.workers, default)
     ):
-        from hybrid.runtimes._parallel import physical_cores
+        from hybrid.cluster_profile import physical_cores
 
         return cfg.replace(workers=physical_cores())
     return cfg

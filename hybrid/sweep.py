@@ -787,9 +787,9 @@ class RunBuilder:
         self.envs: dict[str, Any] = {}
 
     def __call__(self, values: dict[str, Any]) -> PlannedRun:
-        from hybrid.trainer import check_head
         from hybrid.envs import describe
         from hybrid.schedulers import typed_scheduler_args
+        from hybrid.trainer import check_head
 
         name = run_name(values, self.keys)
         run_dir = self.out / name

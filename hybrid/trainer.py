@@ -32,8 +32,11 @@ from hybrid.assembly import (
     algo_settings,
     env_settings,
     eval_settings,
+    loop_settings,
+    make_task,
     runtime_settings,
     scheduler_settings,
+    server_codec,
     server_settings,
     tracking_settings,
     worker_pool,
@@ -48,7 +51,7 @@ from hybrid.envs import EnvInfo, describe
 from hybrid.evaluation import Evaluator
 from hybrid.nets import FlatParams
 from hybrid.protocol import CollectExperience, Task
-from hybrid.runtimes import Runtime, make_runtime
+from hybrid.runtimes import Runtime, make_runtime, workers_write_params
 from hybrid.schedulers import make_scheduler, short_name, typed_scheduler_args
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
 from hybrid.tracking import CallbackLike, Callbacks, Tracker, write_json_atomic
@@ -154,7 +157,7 @@ def _resume_config(cfg: TrainConfig) -> ResumePlan:
     except checkpoint.CheckpointError as exc:
         raise ConfigError(f"resume: {exc}") from None
     written = state.get("config")
-    if isinstance(written, dict):  # checkpoints since issue 20 record their config
+    if isinstance(written, dict):  # newer checkpoints record their config
         _check_same_run(stored_cfg, written)
     changes = _flags_given_on_resume(cfg, stored_cfg, run_dir)
     resumed = stored_cfg.replace(**changes, out=str(run_dir), resume=str(run_dir))
@@ -232,11 +235,7 @@ def _check_checkpoint_fits(state: dict[str, Any], training: Training) -> None:
         saved = runtime_state.get(key)
         if not isinstance(saved, list):
             continue
-        expected = (
-            len(training.runtime.workers)  # type: ignore[attr-defined]
-            if key == "workers" and hasattr(training.runtime, "workers")
-            else training.cfg.workers
-        )
+        expected = training.runtime.worker_count()
         if len(saved) != expected:
             raise ConfigError(
                 f"resume: the checkpoint holds {len(saved)} workers but config.json runs "
@@ -244,20 +243,16 @@ def _check_checkpoint_fits(state: dict[str, Any], training: Training) -> None:
             )
 
 
-def learner_device(cfg: TrainConfig, info: EnvInfo, scheduler: Any) -> torch.device:
+def learner_device(cfg: TrainConfig, info: EnvInfo, applies_alone: bool) -> torch.device:
     """Where θ, the server optimizer and the learner run (``--device``).
 
-    ``auto`` is cuda when torch finds a GPU, except where θ must stay in CPU memory: under
-    Hogwild! (processes, lock-free, a scheduler whose updates apply alone, no codec: the
-    rule ``runtimes._processes`` applies), workers step θ in shared memory; multi-agent
-    learners run on CPU. There ``cuda`` is refused in one line.
+    ``auto`` is cuda when torch finds a GPU, except where θ must stay in CPU memory: where
+    the runtime lets its workers step θ in shared memory (Hogwild!; the runtime says when:
+    ``workers_write_params``, told whether the scheduler's updates apply alone), and for
+    multi-agent learners. There ``cuda`` is refused in one line.
     """
-    hogwild = (
-        cfg.runtime == "processes"
-        and cfg.lock_free
-        and scheduler.applies_alone
-        and cfg.codec == "none"
-    )
+    persistent_workers = cfg.clients is None  # edge clients come and go: never Hogwild!
+    hogwild = workers_write_params(runtime_settings(cfg), applies_alone, persistent_workers)
     why = (
         "Hogwild! workers step θ in shared CPU memory (use --no-lock-free to keep cuda)"
         if hogwild
@@ -498,7 +493,7 @@ def _train(
     try:
         torch.set_num_threads(cfg.torch_threads)
         scheduler = make_scheduler(scheduler_settings(cfg))
-        device = learner_device(cfg, info, scheduler)
+        device = learner_device(cfg, info, scheduler.applies_alone)
         params = initial_params(cfg, info)
         global_model = build_global_model(
             server_settings(cfg), params, info.obs_stats_shape, device
@@ -506,7 +501,11 @@ def _train(
         scheduler.bind(global_model.view(), np.random.default_rng(stream(cfg.seed, SCHEDULER)))
         learner = make_learner(cfg, info, scheduler.task_kind).to(global_model.device)
         runtime = make_runtime(
-            runtime_settings(cfg), info, global_model, scheduler, worker_pool(cfg, info)
+            runtime_settings(cfg),
+            info,
+            global_model,
+            scheduler.applies_alone,
+            worker_pool(cfg, info),
         )
         evaluator = Evaluator(eval_settings(cfg), info, obs_stats=global_model.obs_stats)
         if resume_state is None:
@@ -519,7 +518,7 @@ def _train(
         raise
     tracker = Tracker(tracking_settings(cfg), run_dir, hooks)
     training = Training(
-        cfg,
+        loop_settings(cfg),
         run_dir,
         global_model,
         scheduler,
@@ -528,6 +527,8 @@ def _train(
         evaluator,
         tracker,
         info.reward_threshold,
+        task=make_task(scheduler.task_kind, cfg),
+        codec=server_codec(cfg),
     )
     summary: dict[str, Any] | None = None
     try:

@@ -128,7 +128,7 @@ def _actor_critic(settings: AlgoSettings, info: EnvInfo, worker_id: int) -> nn.M
         info.continuous,
         nets.hidden,
         nets.layers,
-        obs_shape=info.obs_shape,  # images: the Nature CNN (issue 11)
+        obs_shape=info.obs_shape,  # images: the Nature CNN
         log_std_init=nets.log_std_init,
         state_dependent_std=nets.state_dependent_std,
     )

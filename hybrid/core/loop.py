@@ -20,16 +20,35 @@ import numpy as np
 
 from hybrid import checkpoint
 from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to_state
-from hybrid.codecs import PayloadError, make_codec
-from hybrid.config import ConfigError, TrainConfig
-from hybrid.core.appliers import SERVER_APPLIES, Applier
+from hybrid.codecs import Codec, PayloadError
+from hybrid.core.appliers import Applier
 from hybrid.core.global_model import GlobalModel, all_finite, params_sha256
 from hybrid.core.learner import Learner
+from hybrid.errors import ConfigError
 from hybrid.evaluation import Evaluator
-from hybrid.protocol import Payload, Task, TrainLocally, Update
+from hybrid.protocol import Payload, Task, Update
 from hybrid.runtimes import Runtime
 from hybrid.schedulers import Scheduler, Verdict
 from hybrid.tracking import Tracker
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the loop itself is set by: the budget and the cadences (``assembly.loop_settings``
+    fills them from the config). The parts it drives come ready-built."""
+
+    total_env_steps: int
+    log_every: int
+    eval_every: int
+    checkpoint_every: int
+    """Versions between checkpoints; 0: none."""
+    keep_checkpoints: int
+    checkpoint_replay: bool
+    stop_when_solved: bool
+    config: dict[str, Any] = field(default_factory=dict)
+    """The run's config as config.json records it: each checkpoint carries it, so that a
+    resume can check config.json against the run it continues."""
+
 
 @dataclass
 class RunStats:
@@ -101,9 +120,9 @@ class RunStats:
 class Receiver:
     """Turns an arriving payload back into a vector; refuses what must never be applied."""
 
-    def __init__(self, cfg: TrainConfig, numel: int) -> None:
+    def __init__(self, codec: Codec, numel: int) -> None:
         self.numel = numel
-        self.codec = make_codec(cfg.codec, topk_ratio=cfg.topk_ratio, seed=cfg.seed)
+        self.codec = codec
 
     def receive(self, update: Update) -> str | None:
         """Decode ``update.payload`` in place; returns why it was rejected, or None."""
@@ -165,7 +184,7 @@ class Training:
 
     def __init__(
         self,
-        cfg: TrainConfig,
+        settings: LoopSettings,
         run_dir: Path,
         global_model: GlobalModel,
         scheduler: Scheduler,
@@ -174,23 +193,30 @@ class Training:
         evaluator: Evaluator,
         tracker: Tracker,
         threshold: float | None,
+        *,
+        task: Task,
+        codec: Codec,
     ) -> None:
-        self.cfg = cfg
+        """``task``: what every dispatched snapshot asks of its workers (of the scheduler's
+        ``task_kind``); ``codec``: decodes what workers send."""
+        self.settings = settings
         self.run_dir = run_dir
         self.global_model = global_model
         self.scheduler = scheduler
         self.learner = learner
         self.runtime = runtime
-        # Who writes θ is the runtime's choice (Hogwild!: its workers); a runtime that does
-        # not say leaves it to the loop's server optimizer.
-        self.applier: Applier = getattr(runtime, "applier", SERVER_APPLIES)
+        # Who writes θ is the runtime's choice (Hogwild!: its workers).
+        self.applier: Applier = runtime.applier
         self.evaluator = evaluator
         self.tracker = tracker
         self.threshold = threshold
-        self.task = make_task(scheduler.task_kind, cfg)
-        self.receiver = Receiver(cfg, global_model.params.numel())
+        self.task = task
+        self.receiver = Receiver(codec, global_model.params.numel())
         self.state = LoopState(
-            RunStats(), cfg.log_every, cfg.eval_every, cfg.checkpoint_every or 2**62
+            RunStats(),
+            settings.log_every,
+            settings.eval_every,
+            settings.checkpoint_every or 2**62,
         )
         self.started = time.perf_counter()
         self.excluded_s = 0.0  # evaluation and checkpoint time: not training
@@ -234,9 +260,9 @@ class Training:
     # --- the loop ------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        cfg, st, stats = self.cfg, self.state, self.state.stats
+        settings, st, stats = self.settings, self.state, self.state.stats
         global_model, scheduler, runtime = self.global_model, self.scheduler, self.runtime
-        while stats.env_steps < cfg.total_env_steps:
+        while stats.env_steps < settings.total_env_steps:
             if self.stop_signal is not None:
                 runtime.settle()
                 raise Interrupted(self.stop_signal, self.checkpoint())
@@ -244,14 +270,12 @@ class Training:
             if starting:
                 # shared by all tasks started together
                 snapshot = self.applier.snapshot(
-                    global_model, self.task, stats.env_steps / cfg.total_env_steps
+                    global_model, self.task, stats.env_steps / settings.total_env_steps
                 )
-                dispatch_group = getattr(runtime, "dispatch_group", None)
-                if dispatch_group is not None and len(starting) > 1:
-                    dispatch_group(starting, snapshot)  # tasks on one snapshot may batch
+                if len(starting) > 1:
+                    runtime.dispatch_group(starting, snapshot)  # tasks on one snapshot may batch
                 else:
-                    for worker_id in starting:
-                        runtime.dispatch(worker_id, snapshot)
+                    runtime.dispatch(starting[0], snapshot)
                 stats.bytes_down += len(starting) * snapshot.params.numel() * 4
             update = runtime.next_update()
             global_model.observe(update)  # e.g. observation statistics, whatever the verdict
@@ -272,7 +296,7 @@ class Training:
                     tau = staleness(applied, global_model.version)
                     stats.record_applied(tau)
                     self.tracker.span(applied, tau, Verdict.BUFFER)
-                progress = stats.env_steps / cfg.total_env_steps
+                progress = stats.env_steps / settings.total_env_steps
                 for direction in self.learner.steps(step, global_model, progress):
                     stats.window_grad_norms.append(
                         self.applier.apply(global_model, direction, progress)
@@ -282,7 +306,7 @@ class Training:
                 self.check_finite(applied=False)
 
             if stats.env_steps >= st.next_log:
-                st.next_log += cfg.log_every
+                st.next_log += settings.log_every
                 staleness_window = list(stats.window_staleness)
                 train_row = (
                     self.row("train")
@@ -294,13 +318,13 @@ class Training:
                 train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
                 self.tracker.log(train_row, {"sched/staleness": staleness_window})
             if stats.env_steps >= st.next_eval:
-                st.next_eval += cfg.eval_every
+                st.next_eval += settings.eval_every
                 self.evaluate()
-                if st.solved_at is not None and cfg.stop_when_solved:
+                if st.solved_at is not None and settings.stop_when_solved:
                     break
             if global_model.version >= st.next_checkpoint:
                 while st.next_checkpoint <= global_model.version:
-                    st.next_checkpoint += cfg.checkpoint_every
+                    st.next_checkpoint += settings.checkpoint_every
                 self.checkpoint()
 
         train_wall_s = self.train_s()
@@ -308,7 +332,7 @@ class Training:
         if st.last_eval is None or st.last_eval[0] != stats.env_steps:
             self.evaluate()
         assert st.last_eval is not None
-        if cfg.checkpoint_every:
+        if settings.checkpoint_every:
             self.checkpoint()
         return self.summary(train_wall_s)
 
@@ -370,13 +394,13 @@ class Training:
         started = time.perf_counter()
         state = {
             "format": 1,
-            "config": self.cfg.to_dict(),  # a resume checks config.json against it
+            "config": self.settings.config,  # a resume checks config.json against it
             "global_model": self.global_model.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scheduler_rng": self.scheduler.rng.bit_generator.state,
             "scheduler_buffer": [(update_to_state(u), s) for u, s in self.scheduler.buffer],
-            "learner": self.learner.state_dict(with_replay=self.cfg.checkpoint_replay),
-            "runtime": getattr(self.runtime, "state_dict", dict)(),
+            "learner": self.learner.state_dict(with_replay=self.settings.checkpoint_replay),
+            "runtime": self.runtime.state_dict(),
             "loop": self._loop_state(),
             "logs": self.tracker.offsets(),
         }
@@ -385,7 +409,10 @@ class Training:
         self.writing_checkpoint = True
         try:
             path = checkpoint.save(
-                self.run_dir, self.global_model.version, to_plain(state), self.cfg.keep_checkpoints
+                self.run_dir,
+                self.global_model.version,
+                to_plain(state),
+                self.settings.keep_checkpoints,
             )
             self.last_checkpoint = path
         finally:
@@ -420,19 +447,21 @@ class Training:
             ) from None
         # not under the catch above: a parallel runtime restarts its workers here, and their
         # failures are the runtime's, not the config's (the worker count was checked before)
-        if state["runtime"] and hasattr(self.runtime, "load_state_dict"):
+        if state["runtime"]:
             self.runtime.load_state_dict(state["runtime"])
         self.tracker.truncate(state["logs"])
-        st, cfg = self.state, self.cfg
+        st, settings = self.state, self.settings
         changed = changed or {}
         if "log_every" in changed:
-            st.next_log = st.stats.env_steps + cfg.log_every
+            st.next_log = st.stats.env_steps + settings.log_every
         if "eval_every" in changed:
-            st.next_eval = st.stats.env_steps + cfg.eval_every
-        if "checkpoint_every" in changed or not cfg.checkpoint_every:
+            st.next_eval = st.stats.env_steps + settings.eval_every
+        if "checkpoint_every" in changed or not settings.checkpoint_every:
             # 0 turns checkpoints off; the loop's cadence must never add 0
             st.next_checkpoint = (
-                self.global_model.version + cfg.checkpoint_every if cfg.checkpoint_every else 2**62
+                self.global_model.version + settings.checkpoint_every
+                if settings.checkpoint_every
+                else 2**62
             )
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -462,22 +491,10 @@ def staleness(update: Update, version: int) -> int:
     return update.staleness if update.staleness is not None else version - update.base_version
 
 
-def make_task(kind: type[Task], cfg: TrainConfig) -> Task:
-    """The task a scheduler's ``task_kind`` asks for, with its settings from the config."""
-    if kind is TrainLocally:
-        return TrainLocally(
-            steps=cfg.local_steps,
-            optimizer=cfg.local_optimizer,
-            lr=cfg.local_lr,
-            prox_mu=cfg.prox_mu,
-            deadline_s=cfg.round_deadline_s,
-        )
-    return kind(deadline_s=cfg.round_deadline_s)
-
-
 __all__ = [
     "Diverged",
     "Interrupted",
+    "LoopSettings",
     "Training",
     "params_sha256",
 ]

@@ -7,8 +7,12 @@ module:name`` works for envs. Its own hyperparameters (a ``Settings`` dataclass 
 class) come from ``TrainConfig.scheduler_args``, checked against that dataclass here.
 
 A scheduler is built from ``SchedulerSettings`` (the assembly fills them from the config):
-the workers, the seed, the clients and the scheduler's own settings, a built-in's small
-dataclass (``BoundedSettings``...) or a user scheduler's ``Settings`` arguments.
+the workers, the seed, the clients and the scheduler's own settings. Built-in schedulers
+follow the contract a user's does: a ``Settings`` dataclass (defaults and checks written
+there, once), ``__init__(workers, settings)``, ``task_kind`` and ``staleness_unit``. Their
+settings are flat ``TrainConfig`` fields (``--staleness-bound``...), derived from those
+dataclasses (``hybrid.scheduler_settings``); a user scheduler's come from
+``scheduler_args``.
 """
 
 from __future__ import annotations
@@ -27,11 +31,18 @@ from typing import Any
 from hybrid.clients import ClientSettings, population
 from hybrid.errors import ConfigError
 from hybrid.protocol import TASK_KINDS
-from hybrid.schedulers.actor_learner import ActorLearner, ActorLearnerSettings
+from hybrid.scheduler_settings import (
+    ActorLearnerSettings,
+    AsyncSettings,
+    BoundedSettings,
+    FedAvgSettings,
+    SyncSettings,
+)
+from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
-from hybrid.schedulers.bounded import Bounded, BoundedSettings
-from hybrid.schedulers.fedavg import FedAvg, FedAvgSettings
+from hybrid.schedulers.bounded import Bounded
+from hybrid.schedulers.fedavg import FedAvg
 from hybrid.schedulers.synchronous import Sync
 
 
@@ -47,9 +58,9 @@ class SchedulerSettings:
     """The run's clients (their profiles: who may be sampled, who drops out); without
     edge clients, its workers."""
     args: Any = None
-    """The scheduler's own settings: a built-in's dataclass (``BoundedSettings``,
-    ``ActorLearnerSettings``, ``FedAvgSettings``; None for sync and async), or a user
-    scheduler's ``scheduler_args`` mapping, checked against its ``Settings``."""
+    """The scheduler's own settings: its ``Settings`` dataclass, filled (the assembly does
+    for a built-in, from its flat fields), or a mapping of values (``scheduler_args``),
+    checked against its ``Settings`` here."""
 
 
 @dataclass(frozen=True)
@@ -61,31 +72,26 @@ class SchedulerEntry:
 
 
 def _user_entry(cls: type[Scheduler]) -> SchedulerEntry:
+    """Every scheduler, built-in or yours, is built the same way: ``cls(workers, settings)``
+    (``cls(workers)`` when it declares no ``Settings``)."""
+
     def build(settings: SchedulerSettings) -> Scheduler:
         if cls.Settings is None:
             return cls(population(settings.clients))  # type: ignore[call-arg]
-        own = make_settings(cls, settings.args or {})
+        own = settings.args
+        if not isinstance(own, cls.Settings):
+            own = make_settings(cls, own or {})
         return cls(population(settings.clients), own)  # type: ignore[call-arg]
 
     return SchedulerEntry(build, cls)
 
 
-def _bounded(settings: SchedulerSettings) -> Bounded:
-    own: BoundedSettings = settings.args
-    return Bounded(settings.workers, own.staleness_bound, own.staleness_aware_lr)
-
-
-def _actor_learner(settings: SchedulerSettings) -> ActorLearner:
-    own: ActorLearnerSettings = settings.args
-    return ActorLearner(settings.workers, own.learner_batch, own.max_policy_lag)
-
-
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    "sync": SchedulerEntry(lambda s: Sync(s.workers), Sync),
-    "async": SchedulerEntry(lambda s: Async(s.workers), Async),
-    "bounded": SchedulerEntry(_bounded, Bounded),
-    "hybrid": SchedulerEntry(_actor_learner, ActorLearner),
-    "fedavg": SchedulerEntry(FedAvg.from_settings, FedAvg),
+    "sync": _user_entry(Sync),
+    "async": _user_entry(Async),
+    "bounded": _user_entry(Bounded),
+    "hybrid": _user_entry(ActorLearner),
+    "fedavg": _user_entry(FedAvg),
 }
 BUILT_IN = frozenset(SCHEDULERS)
 
@@ -267,6 +273,7 @@ __all__ = [
     "ActorLearner",
     "ActorLearnerSettings",
     "Async",
+    "AsyncSettings",
     "Bounded",
     "BoundedSettings",
     "FedAvg",
@@ -276,6 +283,7 @@ __all__ = [
     "SchedulerEntry",
     "SchedulerSettings",
     "Sync",
+    "SyncSettings",
     "Verdict",
     "check_scheduler",
     "make_scheduler",

@@ -73,9 +73,12 @@ class Scheduler(ABC):
     steps, sending Δ) or ``CollectExperience`` (for a learner). The loop fills in the
     task's settings from the run's config."""
     staleness_unit: ClassVar[str] = "updates"
-    """What one unit of staleness τ is under this scheduler: one step applied to θ (an
-    update under async / bounded, a round's combined step under sync and fedavg, a learner
-    step under hybrid). summary.json reports it as ``staleness_unit``."""
+    """The name of one unit of staleness τ under this scheduler. A unit is always one step
+    applied to θ (one version); the name says what that step is made of: ``updates`` (one
+    worker's update applied alone: async, bounded), ``rounds`` (a round's updates combined:
+    sync, fedavg), ``server steps`` (a buffer of updates combined: FedBuff) or ``learner
+    steps`` (hybrid). summary.json reports it as ``staleness_unit``; docs/concepts.md
+    (Staleness units) is the table."""
     applies_alone: ClassVar[bool] = False
     """Every admitted update becomes a step of its own at the full learning rate, the moment
     it arrives. Then a worker may take that step itself on shared parameters (Hogwild!):
