@@ -386,7 +386,10 @@ class Tracker:
             f'{{"worker": {int(update.worker_id)}, "start": {_number(start)}, '
             f'"upload_start": {_number(end - float(update.upload_s))}, "end": {_number(end)}, '
             f'"base_version": {int(update.base_version)}, "staleness": {tau}, '
-            f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}}}\n'
+            f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}'
+            # the task's settings a scheduler chose for it (ready's per-worker settings)
+            + (f', "task": {json.dumps(update.task_settings)}' if update.task_settings else "")
+            + "}\n"
         )
 
     def offsets(self) -> dict[str, int]:

@@ -12,6 +12,7 @@ import signal
 import time
 import warnings
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from hybrid.core.global_model import GlobalModel, all_finite, params_sha256
 from hybrid.core.learner import Learner
 from hybrid.errors import ConfigError
 from hybrid.evaluation import Evaluator
-from hybrid.protocol import Payload, Task, Update
+from hybrid.protocol import Payload, Snapshot, Task, Update
 from hybrid.runtimes import Runtime
 from hybrid.schedulers import Scheduler, Verdict
 from hybrid.tracking import Tracker
@@ -175,6 +176,9 @@ class LoopState:
     train_s_before: float = 0.0
     """Training seconds spent by earlier segments of a resumed run."""
     nonfinite_streak: int = 0
+    task_settings: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """The task settings a scheduler chose for each worker with a task in flight (``ready``
+    returned ``(worker id, settings)``): recorded on its update when it arrives."""
 
 
 class Training:
@@ -272,12 +276,15 @@ class Training:
                 snapshot = self.applier.snapshot(
                     global_model, self.task, stats.env_steps / settings.total_env_steps
                 )
-                if len(starting) > 1:
-                    runtime.dispatch_group(starting, snapshot)  # tasks on one snapshot may batch
-                else:
-                    runtime.dispatch(starting[0], snapshot)
+                for worker_ids, group_snapshot in self.task_groups(starting, snapshot):
+                    if len(worker_ids) > 1:  # tasks on one snapshot may batch
+                        runtime.dispatch_group(worker_ids, group_snapshot)
+                    else:
+                        runtime.dispatch(worker_ids[0], group_snapshot)
                 stats.bytes_down += len(starting) * snapshot.params.numel() * 4
             update = runtime.next_update()
+            if st.task_settings:
+                update.task_settings = st.task_settings.pop(update.worker_id, None)
             global_model.observe(update)  # e.g. observation statistics, whatever the verdict
             rejection = self.receiver.receive(update)
             if rejection is None:
@@ -335,6 +342,50 @@ class Training:
         if settings.checkpoint_every:
             self.checkpoint()
         return self.summary(train_wall_s)
+
+    def task_groups(
+        self, starting: Sequence[int | tuple[int, Mapping[str, Any]]], snapshot: Snapshot
+    ) -> list[tuple[list[int], Snapshot]]:
+        """The workers ``ready`` started, grouped by the task they run: ``snapshot`` for those
+        named by id alone, and for those named with settings (``(worker id, {"steps": 20})``,
+        as Flower's ``configure_fit`` configures each client) the snapshot with those fields
+        of its task replaced. Groups keep the order of their first worker."""
+        if not any(isinstance(entry, tuple) for entry in starting):
+            return [(list(starting), snapshot)]  # every task as the run's config sets it
+        groups: dict[tuple[tuple[str, Any], ...], tuple[list[int], Snapshot]] = {}
+        for entry in starting:
+            worker_id, task_settings = entry if isinstance(entry, tuple) else (entry, {})
+            key = tuple(sorted(task_settings.items()))
+            if key not in groups:
+                task = self._task_with(snapshot.task, task_settings)
+                groups[key] = ([], dataclasses.replace(snapshot, task=task))
+            groups[key][0].append(int(worker_id))
+            if task_settings:
+                self.state.task_settings[int(worker_id)] = dict(task_settings)
+            else:
+                self.state.task_settings.pop(int(worker_id), None)
+        return list(groups.values())
+
+    def _task_with(self, task: Task, task_settings: Mapping[str, Any]) -> Task:
+        """``task`` with ``task_settings`` in place of its fields; a setting the task does not
+        have, or of another type, is the scheduler's mistake: said in one line."""
+        fields = {f.name: f for f in dataclasses.fields(task)}
+        for name, value in task_settings.items():
+            if name not in fields:
+                raise ValueError(
+                    f"{type(self.scheduler).__name__}.ready: {type(task).__name__} has no "
+                    f"setting {name!r}; its settings are {', '.join(fields)}"
+                )
+            default = getattr(task, name)
+            allowed = (int, float) if isinstance(default, float) else (type(default),)
+            if isinstance(value, bool) != isinstance(default, bool) or not isinstance(
+                value, allowed
+            ):
+                raise ValueError(
+                    f"{type(self.scheduler).__name__}.ready: {name}={value!r} is not a "
+                    f"{type(default).__name__}"
+                )
+        return dataclasses.replace(task, **task_settings) if task_settings else task
 
     def check_finite(self, applied: bool) -> None:
         """Stop a diverged run before it writes a checkpoint of garbage."""

@@ -20,6 +20,8 @@ Writing your own (the contract; ``hybrid.register_scheduler`` or
   from ``hybrid.protocol``), whether every update is
   applied alone on arrival (``applies_alone``: then the processes runtime may let
   workers apply it themselves, Hogwild!) and the unit of staleness;
+- ``ready`` may hand a worker its own task settings, returning ``(id, {"steps": 20})``
+  instead of the id (per-client local steps or learning rate: FedNova's varying steps);
 - you may read the global parameters through ``self.model`` (``params``, ``version``;
   bound by the loop before the first ``ready``) and keep copies of them, and draw from
   ``self.rng`` (seeded from the run's seed, saved in checkpoints); you may not
@@ -30,7 +32,7 @@ Writing your own (the contract; ``hybrid.register_scheduler`` or
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -97,8 +99,15 @@ class Scheduler(ABC):
         self.rng = rng
 
     @abstractmethod
-    def ready(self, idle: Sequence[int], version: int) -> list[int]:
-        """Of the ``idle`` workers, those that start a task now from ``version``."""
+    def ready(
+        self, idle: Sequence[int], version: int
+    ) -> Sequence[int | tuple[int, Mapping[str, Any]]]:
+        """Of the ``idle`` workers, those that start a task now from ``version``.
+
+        A worker is named by its id, or by ``(id, settings)``: then its task runs with those
+        of the task's fields replaced (``{"steps": 20, "lr": 0.01}`` for ``TrainLocally``:
+        local steps and learning rate), as Flower's ``configure_fit`` configures each
+        client. The worker applies them; ``spans.jsonl`` records them as ``task``."""
 
     def admit(self, update: Update, staleness: int) -> Verdict:
         self.buffer.append((update, staleness))

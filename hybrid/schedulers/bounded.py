@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hybrid import Scheduler, Step, Update, Verdict
+from hybrid import ComputeGradient, Scheduler, Step, Update, Verdict
 from hybrid.scheduler_settings import BoundedSettings
 
 
 class Bounded(Scheduler):
     Settings = BoundedSettings
+    task_kind = ComputeGradient
     staleness_unit = "updates"
 
     def __init__(self, workers: int, settings: BoundedSettings | None = None) -> None:
