@@ -24,7 +24,22 @@ _ACTOR_LEARNER = field_defaults(BUILT_IN_SETTINGS["hybrid"])
 _FEDAVG = field_defaults(BUILT_IN_SETTINGS["fedavg"])
 
 
+def _with_built_in_scheduler_fields(cls: type) -> type:
+    """Give ``cls`` every built-in scheduler setting it does not declare itself, as a field
+    of the setting's type and default: a knob added to a scheduler's Settings is a config
+    field, a flag, a sweep key and a config.json entry at once. (Declaring it in the class
+    body as well, with its default taken from the Settings, adds its --help text.)"""
+    annotations = cls.__annotations__  # its own (the dataclass reads it), not a copy
+    for settings_class in BUILT_IN_SETTINGS.values():
+        for f in dataclasses.fields(settings_class):
+            if f.name not in annotations:
+                annotations[f.name] = f.type
+                setattr(cls, f.name, f.default)
+    return cls
+
+
 @dataclass
+@_with_built_in_scheduler_fields
 class TrainConfig:
     """Train one agent under one update scheduler. Every field is also a CLI flag."""
 

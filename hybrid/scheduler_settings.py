@@ -5,8 +5,9 @@ Each built-in scheduler declares its dataclass as ``Settings`` and is built as
 apart from the schedulers, because they import nothing heavy: ``TrainConfig`` takes its
 flat scheduler fields' defaults from them (``--staleness-bound``...), ``FIELD_OWNERS``
 its owners, and ``validate`` runs their checks, all without importing a scheduler (or
-torch). A new knob of a built-in scheduler is a field here (and the flat ``TrainConfig``
-field that carries it from the command line, whose default and checks come from here).
+torch). A new knob of a built-in scheduler is one field here: ``TrainConfig`` gains it as a
+field (a flag, a sweep key, a config.json entry), owned by its scheduler in
+``FIELD_OWNERS``, checked by the dataclass; the scheduler reads it from its settings.
 """
 
 from __future__ import annotations
