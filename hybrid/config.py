@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 from hybrid.errors import ConfigError  # re-exported: the name users import from here
-from hybrid.scheduler_settings import BUILT_IN_SETTINGS, field_defaults, settings_from_fields
+from hybrid.scheduler_settings import (
+    BUILT_IN_SETTINGS,
+    coerce_setting,
+    field_defaults,
+    fold_scheduler_args,
+    settings_from_fields,
+)
 
 # The built-in schedulers' own fields: their defaults (and checks) are those of each
 # scheduler's Settings dataclass (hybrid/scheduler_settings.py), written there once.
@@ -351,6 +358,20 @@ class TrainConfig:
         typed = {name: _typed(name, value, str(known[name].type)) for name, value in values.items()}
         return cls(**typed)
 
+    def __post_init__(self) -> None:
+        # A built-in scheduler's --scheduler-arg KEY=VALUE is its flag --KEY VALUE: the same
+        # setting, recorded once (as the flat field) in config.json and sweeps.
+        if (
+            isinstance(self.scheduler, str)
+            and self.scheduler in BUILT_IN_SETTINGS
+            and isinstance(self.scheduler_args, dict)
+            and self.scheduler_args
+        ):
+            own, rest = fold_scheduler_args(self.scheduler, self.scheduler_args)
+            for name, value in own.items():
+                setattr(self, name, value)
+            self.scheduler_args = rest
+
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
@@ -510,11 +531,17 @@ class TrainConfig:
         from hybrid import registry
 
         if self.scheduler in registry.SCHEDULERS:
-            if self.scheduler_args:
-                raise ConfigError(
-                    f"scheduler_args: the built-in scheduler {self.scheduler!r} takes none; its "
-                    "settings are TrainConfig fields (see hybrid train --help)"
-                )
+            # what __post_init__ could not take as the scheduler's own settings
+            own = field_defaults(BUILT_IN_SETTINGS[self.scheduler])
+            for key, value in self.scheduler_args.items():
+                if key not in own:
+                    raise ConfigError(
+                        f"scheduler_args: the built-in scheduler {self.scheduler!r} has no "
+                        f"setting {key!r}; its settings are {', '.join(own) or 'none'} "
+                        "(also flags: see hybrid train --help)"
+                    )
+                hint = typing.get_type_hints(BUILT_IN_SETTINGS[self.scheduler])[key]
+                coerce_setting(key, value, hint)  # raises: it did not convert before
             registry.SCHEDULERS.check(self)
             return
         # Yours (registered, or a module:Class path): its class and Settings are checked where

@@ -13,6 +13,8 @@ field (a flag, a sweep key, a config.json entry), owned by its scheduler in
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +107,62 @@ BUILT_IN_SETTINGS: dict[str, type] = {
 """Built-in scheduler name -> its ``Settings`` dataclass."""
 
 
+def coerce_setting(key: str, value: Any, annotation: Any) -> Any:
+    """``value`` as the field's type: bool, int, float, str or None (also from CLI strings)."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    for kind in typing.get_args(annotation) if union else (annotation,):
+        converted = _as(kind, value)
+        if converted is not _NO:
+            return converted
+    kinds = typing.get_args(annotation) if union else (annotation,)
+    names = " or ".join(
+        "None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds
+    )
+    raise ConfigError(f"scheduler_args: {key}={value!r} is not a {names}")
+
+
+_NO = object()
+
+
+def _as(kind: Any, value: Any) -> Any:
+    """``value`` converted to ``kind``, or ``_NO``. A bool is no number here."""
+    if isinstance(value, str) and kind is not str:
+        text = value.strip().lower()
+        if kind is bool:
+            return {"true": True, "false": False}.get(text, _NO)
+        if kind is type(None):
+            return None if text in ("none", "null") else _NO
+        try:
+            return kind(text) if kind in (int, float) else _NO
+        except ValueError:
+            return _NO
+    if kind is bool or kind is str:
+        return value if isinstance(value, kind) else _NO
+    if kind is type(None):
+        return None if value is None else _NO
+    if kind in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        return kind(value) if kind is float or isinstance(value, int) else _NO
+    return _NO
+
+
+def fold_scheduler_args(
+    name: str, args: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Built-in scheduler ``name``'s ``--scheduler-arg`` values: ``(its settings, typed,
+    the rest)``. A setting given so is the flag of the same name (``staleness_bound=2`` is
+    ``--staleness-bound 2``); the rest (unknown names, values of the wrong type) stays for
+    ``validate`` to refuse in one line."""
+    settings_class = BUILT_IN_SETTINGS[name]
+    hints = typing.get_type_hints(settings_class)
+    own, rest = {}, {}
+    for key, value in args.items():
+        try:
+            own[key] = coerce_setting(key, value, hints[key])
+        except (KeyError, ConfigError):
+            rest[key] = value
+    return own, rest
+
+
 def field_defaults(settings_class: type) -> dict[str, Any]:
     """A settings dataclass's field names and their defaults, in order."""
     return {f.name: f.default for f in dataclasses.fields(settings_class)}
@@ -128,6 +186,8 @@ __all__ = [
     "BoundedSettings",
     "FedAvgSettings",
     "SyncSettings",
+    "coerce_setting",
     "field_defaults",
+    "fold_scheduler_args",
     "settings_from_fields",
 ]

@@ -139,3 +139,16 @@ def test_the_check_finds_a_second_copy() -> None:
         own: int = 3  # not a config field: the component's own
 
     assert second_copies([Copied], Config) == ["Copied.lr"]
+
+
+def test_a_scheduler_arg_and_the_flag_reach_the_same_setting() -> None:
+    from hybrid.assembly import scheduler_settings
+    from hybrid.cli import parse_train_args
+
+    by_flag = parse_train_args(["--scheduler", "bounded", "--staleness-bound", "2"])
+    by_arg = parse_train_args(["--scheduler", "bounded", "--scheduler-arg", "staleness_bound=2"])
+    assert by_arg == by_flag  # recorded once, as the flat field (config.json, sweeps)
+    assert by_arg.scheduler_args == {} and by_arg.staleness_bound == 2
+    assert scheduler_settings(by_arg).args == scheduler_settings(by_flag).args
+    with pytest.raises(ConfigError, match=r"^scheduler_args: staleness_bound='two' is not"):
+        TrainConfig(scheduler="bounded", scheduler_args={"staleness_bound": "two"}).validate()

@@ -37,6 +37,7 @@ from hybrid.scheduler_settings import (
     BoundedSettings,
     FedAvgSettings,
     SyncSettings,
+    coerce_setting,
 )
 from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
@@ -153,7 +154,7 @@ def make_settings(cls: type[Scheduler], args: Mapping[str, Any]) -> Any:
                 f"scheduler_args: {cls.__name__} has no setting {key!r}; "
                 f"its settings are {', '.join(fields) or 'none'}"
             )
-        values[key] = _coerce(key, value, hints[key])
+        values[key] = coerce_setting(key, value, hints[key])
     try:
         return settings_cls(**values)
     except (TypeError, ValueError) as exc:  # a __post_init__ check, a missing field
@@ -228,44 +229,6 @@ def _load_module(name: str, where: str) -> types.ModuleType:
         return importlib.import_module(where)
     except Exception as exc:  # not only ImportError: '' or '..' are ValueErrors
         raise ConfigError(f"scheduler: cannot import {where!r} for {name!r}: {exc}") from None
-
-
-def _coerce(key: str, value: Any, annotation: Any) -> Any:
-    """``value`` as the field's type: bool, int, float, str or None (also from CLI strings)."""
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    for kind in typing.get_args(annotation) if union else (annotation,):
-        converted = _as(kind, value)
-        if converted is not _NO:
-            return converted
-    kinds = typing.get_args(annotation) if union else (annotation,)
-    names = " or ".join(
-        "None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds
-    )
-    raise ConfigError(f"scheduler_args: {key}={value!r} is not a {names}")
-
-
-_NO = object()
-
-
-def _as(kind: Any, value: Any) -> Any:
-    """``value`` converted to ``kind``, or ``_NO``. A bool is no number here."""
-    if isinstance(value, str) and kind is not str:
-        text = value.strip().lower()
-        if kind is bool:
-            return {"true": True, "false": False}.get(text, _NO)
-        if kind is type(None):
-            return None if text in ("none", "null") else _NO
-        try:
-            return kind(text) if kind in (int, float) else _NO
-        except ValueError:
-            return _NO
-    if kind is bool or kind is str:
-        return value if isinstance(value, kind) else _NO
-    if kind is type(None):
-        return None if value is None else _NO
-    if kind in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
-        return kind(value) if kind is float or isinstance(value, int) else _NO
-    return _NO
 
 
 __all__ = [
