@@ -234,7 +234,8 @@ def test_user_schedulers_resume_bit_exactly(tiny_config, tmp_path, scheduler, ar
     cfg = tiny_config(
         scheduler=scheduler,
         scheduler_args=args,
-        local_steps=2,
+        # FedBuff's clients train locally; DC-ASGD's workers compute gradients (no local steps)
+        **({"local_steps": 2} if scheduler == FEDBUFF else {}),
         total_env_steps=2_400,
         checkpoint_every=5,
         keep_checkpoints=100,
@@ -264,7 +265,7 @@ def test_user_schedulers_run_on_parallel_runtimes(tiny_config, runtime, schedule
         scheduler=scheduler,
         scheduler_args=args,
         workers=2,
-        local_steps=2,
+        **({"local_steps": 2} if scheduler == FEDBUFF else {}),
         total_env_steps=1_000,
         stop_when_solved=False,
     )

@@ -44,7 +44,7 @@ from hybrid.assembly import (
 )
 from hybrid.checkpoint import from_plain, to_plain, update_from_state, update_to_state
 from hybrid.codecs import PayloadError, make_codec
-from hybrid.config import ConfigError, TrainConfig
+from hybrid.config import ConfigError, TrainConfig, check_flags_take_effect, given_fields
 from hybrid.core.appliers import SERVER_APPLIES, Applier
 from hybrid.core.global_model import (
     GlobalModel,
@@ -54,6 +54,7 @@ from hybrid.core.global_model import (
     resolve_device,
 )
 from hybrid.core.learner import Learner
+from hybrid.core.scheduler_checks import check_ready, check_verdict
 from hybrid.core.worker import build_model
 from hybrid.defaults import apply_env_defaults, apply_runtime_defaults
 from hybrid.envs import EnvInfo, describe
@@ -65,11 +66,18 @@ from hybrid.schedulers import (
     Scheduler,
     Verdict,
     make_scheduler,
+    scheduler_source,
     short_name,
     typed_scheduler_args,
 )
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
-from hybrid.tracking import CallbackLike, Callbacks, Tracker, write_json_atomic
+from hybrid.tracking import (
+    CallbackLike,
+    Callbacks,
+    Tracker,
+    record_scheduler_source,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
     import pandas as pd  # only for Result.frame's annotation: pandas is imported on use
@@ -327,7 +335,9 @@ class Training:
             if self.stop_signal is not None:
                 runtime.settle()
                 raise Interrupted(self.stop_signal, self.checkpoint())
-            starting = scheduler.ready(runtime.idle_workers(), global_model.version)
+            idle = runtime.idle_workers()
+            starting = scheduler.ready(idle, global_model.version)
+            check_ready(scheduler, starting, idle)  # a user's ready() may return anything
             if starting:
                 # shared by all tasks started together
                 snapshot = self.applier.snapshot(
@@ -346,6 +356,7 @@ class Training:
             if rejection is None:
                 # what τ would be if it were applied now: the scheduler's admission input
                 verdict = scheduler.admit(update, staleness(update, global_model.version))
+                check_verdict(scheduler, verdict)
                 st.nonfinite_streak = 0
             else:
                 stats.rejected[rejection] += 1
@@ -495,7 +506,10 @@ class Training:
     def restore(self, state: dict[str, Any], changed: dict[str, Any] | None = None) -> None:
         """Continue from a checkpoint; ``changed`` names the resumable fields that differ
         from the config it was written under (their cadences start again from here)."""
-        state = from_plain(state)
+        try:
+            state = from_plain(state)
+        except checkpoint.CheckpointError as exc:  # a hostile or damaged file: one line
+            raise ConfigError(f"resume: {exc}") from None
         try:
             self._restore(state)
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
@@ -579,7 +593,8 @@ class ResumePlan:
     resumable fields that differ from the config the checkpoint was written under."""
 
     cfg: TrainConfig
-    state: dict[str, Any]
+    state: dict[str, Any] | None
+    """None: the run stopped before its first checkpoint and starts over."""
     changed: dict[str, Any]
     stored: dict[str, Any]
     """config.json as found (rewritten with ``changed`` once the resume has started)."""
@@ -598,6 +613,11 @@ def _resume_config(cfg: TrainConfig) -> ResumePlan:
     # config.json is untrusted input: typed and validated like the command line (train()
     # validates the result), never imported from or called before that
     stored_cfg = TrainConfig.from_dict(stored)
+    checkpoint.check_scheduler_named_again(stored_cfg.scheduler, cfg.scheduler)
+    if not checkpoint.list_checkpoints(run_dir):  # killed before its first: start it over
+        changes = _flags_given_on_resume(cfg, stored_cfg, run_dir)
+        resumed = stored_cfg.replace(**changes, out=str(run_dir), resume=str(run_dir))
+        return ResumePlan(resumed, None, changes, stored | changes)
     try:
         _, state = checkpoint.load_latest(run_dir)
     except checkpoint.CheckpointError as exc:
@@ -926,6 +946,7 @@ def _train(
 ) -> Result:
     resume_state: dict[str, Any] | None = None
     plan: ResumePlan | None = None
+    given: set[str] | None = None  # the fields the user set (a new run's)
     if cfg.resume:
         _check_resume_dir(cfg)
         # locked before reading anything: what a running run writes is not read half-done
@@ -934,6 +955,7 @@ def _train(
         plan = _resume_config(cfg)
         cfg, resume_state = plan.cfg, plan.state
     else:
+        given = given_fields(cfg, overrides)
         # hybrid/defaults.py (keyword overrides always win); config.json records the result
         cfg = apply_env_defaults(cfg, keep=overrides)
         cfg = apply_runtime_defaults(cfg, keep=overrides)
@@ -942,10 +964,14 @@ def _train(
         # workers=8 on CartPole, is not replaced by the env's defaults a second time).
         cfg = cfg.replace(env_defaults=False)
     info = check_config(cfg)
+    if given is not None:  # a flag that would do nothing here is refused
+        check_flags_take_effect(cfg, given)
     cfg = cfg.replace(scheduler_args=typed_scheduler_args(cfg.scheduler, cfg.scheduler_args))
     created: list[Path] = []
-    if resume_state is not None:
+    if plan is not None:
         run_dir = Path(cfg.out)
+        if resume_state is None:
+            checkpoint.restart_from_config(run_dir, plan.stored if plan.changed else None)
     else:
         run_dir = prepare_run_dir(cfg)
         created = create_run_dir(run_dir)  # before any runtime starts a worker
@@ -971,12 +997,13 @@ def _train(
             runtime_settings(cfg), info, global_model, scheduler, worker_pool(cfg, info)
         )
         evaluator = Evaluator(eval_settings(cfg), info, obs_stats=global_model.obs_stats)
-        if resume_state is None:
+        if plan is None:
             write_json_atomic(run_dir / "config.json", cfg.to_dict())
+        record_scheduler_source(run_dir, scheduler_source(cfg.scheduler), resuming=plan is not None)
     except BaseException:
         if runtime is not None:
             runtime.close()
-        if resume_state is None:
+        if plan is None:
             remove_run_dir(run_dir, created)  # a start that failed leaves nothing behind
         raise
     tracker = Tracker(tracking_settings(cfg), run_dir, hooks)
@@ -993,7 +1020,7 @@ def _train(
     )
     summary: dict[str, Any] | None = None
     try:
-        if plan is not None:
+        if plan is not None and plan.state is not None:
             _check_checkpoint_fits(plan.state, training)
             training.restore(plan.state, plan.changed)
             if plan.changed:  # config.json records the values in effect

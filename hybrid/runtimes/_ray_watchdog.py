@@ -1,0 +1,116 @@
+"""Ends a local Ray whose driver died without closing it (SIGKILL, OOM kill, power cut of
+the process), and removes its private directory.
+
+``ray.init`` starts the GCS and the raylet, which start agents (``ray::DashboardAgent``,
+``ray::RuntimeEnvAgent``) and workers; when the driver is killed outright nothing runs its
+clean-up, and the agents, reparented to PID 1, live on with the directory that holds the
+run's token and sockets. So the ray runtime starts this watchdog beside each local Ray it
+starts: a small process of the standard library only (run by its path, so it imports
+neither hybrid, torch nor Ray), in a session of its own so that a signal to the driver's
+process group does not reach it. It waits for the driver to exit (a pidfd where Linux has
+one, else polling), then SIGKILLs every process of that Ray (those whose command line names
+the private directory, and their descendants) and removes the directory. A driver that
+closes its Ray normally stops the watchdog first (SIGTERM), and nothing is killed twice.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+POLL_S = 0.5
+"""How often the driver is looked for where no pidfd is available."""
+
+
+def start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks): a pid is the same process only
+    with the same start time. None when it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def processes_of(private_dir: Path) -> dict[int, str]:
+    """pid -> start time of a local Ray's processes: those whose command line names its
+    directory (GCS, raylet, monitors) and all their descendants (the agents and workers,
+    which rename themselves ``ray::...``). This process is never one of them."""
+    table: dict[int, tuple[int, str, bytes]] = {}  # pid -> (parent, start time, cmdline)
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                table[int(entry)] = (int(fields[1]), fields[19], f.read())
+        except (OSError, IndexError, ValueError):
+            continue  # exited while we looked
+    needle = str(private_dir).encode()
+    me = os.getpid()
+    found = {pid for pid, (_, _, cmd) in table.items() if needle in cmd and pid != me}
+    grew = True
+    while grew:
+        children = {pid for pid, (parent, _, _) in table.items() if parent in found}
+        children.discard(me)
+        grew = not children <= found
+        found |= children
+    return {pid: table[pid][1] for pid in found}
+
+
+def kill_processes(processes: dict[int, str]) -> None:
+    """SIGKILL those of ``processes`` still alive (the same process: same start time)."""
+    for pid, started in processes.items():
+        if start_time(pid) != started:
+            continue  # gone, or the pid was reused
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue  # gone meanwhile
+
+
+def end_ray(private_dir: Path) -> None:
+    """Kill every process of the Ray in ``private_dir`` (twice: a process that was starting
+    a child while we listed), then remove the directory."""
+    for _ in range(2):
+        kill_processes(processes_of(private_dir))
+        time.sleep(0.2)
+    shutil.rmtree(private_dir, ignore_errors=True)
+
+
+def wait_for_exit(pid: int, started: str) -> None:
+    """Return once process ``pid`` (started at ``started``) has exited."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None:
+        try:
+            fd = pidfd_open(pid)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                if start_time(pid) == started:  # still the driver once the fd is held
+                    select.select([fd], [], [])
+                return
+            finally:
+                os.close(fd)
+    while start_time(pid) == started:
+        time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> int:
+    """``_ray_watchdog.py DRIVER_PID DRIVER_START_TIME PRIVATE_DIR``."""
+    pid, started, private_dir = int(argv[0]), argv[1], Path(argv[2])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the terminal is the driver's
+    wait_for_exit(pid, started)
+    end_ray(private_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
