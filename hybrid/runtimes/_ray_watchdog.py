@@ -37,24 +37,37 @@ def start_time(pid: int) -> str | None:
         return None
 
 
+def _names(pid: str, needle: bytes) -> bool:
+    """Whether process ``pid``'s command line or environment names ``needle``: Ray's
+    processes inherit the run's RAY_AUTH_TOKEN_PATH, which lies in its private directory,
+    even the agents that rename themselves ``ray::...`` and outlive their parent."""
+    for part in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
+                if needle in f.read():
+                    return True
+        except OSError:
+            continue  # another user's process, or gone
+    return False
+
+
 def processes_of(private_dir: Path) -> dict[int, str]:
-    """pid -> start time of a local Ray's processes: those whose command line names its
-    directory (GCS, raylet, monitors) and all their descendants (the agents and workers,
-    which rename themselves ``ray::...``). This process is never one of them."""
-    table: dict[int, tuple[int, str, bytes]] = {}  # pid -> (parent, start time, cmdline)
+    """pid -> start time of a local Ray's processes: those whose command line or environment
+    names its directory (GCS, raylet, monitors, agents) and all their descendants (workers).
+    This process is never one of them."""
+    table: dict[int, tuple[int, str, bool]] = {}  # pid -> (parent, start time, names it)
+    needle = str(private_dir).encode()
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                table[int(entry)] = (int(fields[1]), fields[19], f.read())
+            table[int(entry)] = (int(fields[1]), fields[19], _names(entry, needle))
         except (OSError, IndexError, ValueError):
             continue  # exited while we looked
-    needle = str(private_dir).encode()
     me = os.getpid()
-    found = {pid for pid, (_, _, cmd) in table.items() if needle in cmd and pid != me}
+    found = {pid for pid, (_, _, named) in table.items() if named and pid != me}
     grew = True
     while grew:
         children = {pid for pid, (parent, _, _) in table.items() if parent in found}
@@ -84,30 +97,37 @@ def end_ray(private_dir: Path) -> None:
     shutil.rmtree(private_dir, ignore_errors=True)
 
 
-def wait_for_exit(pid: int, started: str) -> None:
-    """Return once process ``pid`` (started at ``started``) has exited."""
+def wait_for_exit(pid: int, started: str, private_dir: Path) -> dict[int, str]:
+    """Return once process ``pid`` (started at ``started``) has exited, with the processes
+    of the Ray in ``private_dir`` seen meanwhile (listed every ``POLL_S``): when the driver
+    dies its raylet may go first, and agents it started are no longer its descendants."""
+    seen: dict[int, str] = {}
     pidfd_open = getattr(os, "pidfd_open", None)
+    fd = -1
     if pidfd_open is not None:
         try:
             fd = pidfd_open(pid)
         except OSError:
             fd = -1
+    try:
+        while start_time(pid) == started:
+            seen.update(processes_of(private_dir))
+            if fd >= 0:
+                select.select([fd], [], [], POLL_S)  # wakes at once when the driver exits
+            else:
+                time.sleep(POLL_S)
+    finally:
         if fd >= 0:
-            try:
-                if start_time(pid) == started:  # still the driver once the fd is held
-                    select.select([fd], [], [])
-                return
-            finally:
-                os.close(fd)
-    while start_time(pid) == started:
-        time.sleep(POLL_S)
+            os.close(fd)
+    return seen
 
 
 def main(argv: list[str]) -> int:
     """``_ray_watchdog.py DRIVER_PID DRIVER_START_TIME PRIVATE_DIR``."""
     pid, started, private_dir = int(argv[0]), argv[1], Path(argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the terminal is the driver's
-    wait_for_exit(pid, started)
+    seen = wait_for_exit(pid, started, private_dir)
+    kill_processes(seen)
     end_ray(private_dir)
     return 0
 
