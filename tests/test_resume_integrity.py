@@ -75,9 +75,7 @@ def test_the_actor_learners_metric_rows_after_a_resume_are_the_uninterrupted_run
     assert rows == expected
 
 
-def test_a_run_killed_before_its_first_checkpoint_resumes_by_starting_over(
-    tiny_config, tmp_path
-):
+def test_a_run_killed_before_its_first_checkpoint_resumes_by_starting_over(tiny_config, tmp_path):
     cfg = tiny_config(total_env_steps=900, checkpoint_every=1_000_000, stop_when_solved=False)
     full = hybrid.train(cfg)  # its one checkpoint is the final one
     # a copy as a kill before the first checkpoint leaves it: config, some rows, a lock
@@ -88,7 +86,9 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_by_starting_over(
     (killed / "metrics.jsonl").write_text("".join(rows[:2]) + '{"kind": "tra')
     (killed / "spans.jsonl").write_text('{"worker": 0, "st')
     (killed / "run.lock").write_text("")
-    with pytest.warns(RuntimeWarning, match="stopped before its first checkpoint; starting it over"):
+    with pytest.warns(
+        RuntimeWarning, match="stopped before its first checkpoint; starting it over"
+    ):
         restarted = hybrid.train(resume=str(killed))
     assert restarted.summary["final_params_sha256"] == full.summary["final_params_sha256"]
     assert metric_rows(killed) == metric_rows(full.run_dir)

@@ -124,9 +124,7 @@ def test_a_run_records_the_scheduler_file_that_ran_and_a_resume_refuses_an_edite
 def test_a_resume_runs_no_scheduler_file_the_user_did_not_name(tiny_config, tmp_path):
     """A run directory is data: one from elsewhere whose config.json names a file (with
     top-level code) runs nothing on --resume unless the user names that file again."""
-    full = hybrid.train(
-        tiny_config(total_env_steps=900, checkpoint_every=5, keep_checkpoints=100)
-    )
+    full = hybrid.train(tiny_config(total_env_steps=900, checkpoint_every=5, keep_checkpoints=100))
     crashed = crash_copy(full.run_dir, tmp_path / "crashed")
     marker = tmp_path / "ran"
     evil = _rule(crashed, 1, marker=str(marker))
