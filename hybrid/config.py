@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -758,6 +759,194 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
 """Owner -> the TrainConfig fields it owns; every field has exactly one owner."""
 
 
+# --- which flags take effect: derived from who owns each field -------------------------
+
+
+@dataclass(frozen=True)
+class Applies:
+    """Where a component's settings take effect: ``test(cfg, ctx)``, said as ``when``."""
+
+    test: Callable[[TrainConfig, FlagContext], bool]
+    when: str
+
+
+@dataclass(frozen=True)
+class FlagContext:
+    """What the rule needs besides the config: facts read from names, without building."""
+
+    multiagent: bool
+    """The env is a multi-agent (PettingZoo) task."""
+    trains_locally: bool
+    """The scheduler's task kind is TrainLocally (fedavg, or a user's such as FedBuff)."""
+    built_in: bool
+    """The scheduler is one of hybrid's own (sync, async, bounded, hybrid, fedavg)."""
+
+
+_PPO_ALGOS = ("ppo", "mappo", "ippo")
+_FEDOPT = ("fedadam", "fedyogi", "fedadagrad")
+
+
+def _profile(cfg: TrainConfig) -> bool:
+    from hybrid.cluster_profile import is_profile_path
+
+    return is_profile_path(cfg.cluster)
+
+
+OWNER_APPLIES: dict[str, Applies | None] = {
+    # None: the owner takes part in every run. Every owner of FIELD_OWNERS is listed
+    # (tests/test_dead_flags.py): a new field is judged by its owner from its first day.
+    "run": None,
+    "nets": None,
+    "a2c": None,  # the losses' shared coefficients: PPO and n-step Q use them too
+    "nstep_q": Applies(lambda c, x: c.algo == "nstep_q", "with --algo nstep_q"),
+    "ppo": Applies(lambda c, x: c.algo in _PPO_ALGOS, "with --algo ppo, mappo or ippo"),
+    "global_model": None,
+    "bounded": Applies(lambda c, x: c.scheduler == "bounded", "with --scheduler bounded"),
+    "actor_learner": Applies(lambda c, x: c.scheduler == "hybrid", "with --scheduler hybrid"),
+    "fedavg": Applies(
+        lambda c, x: c.scheduler == "fedavg" or x.trains_locally,
+        "with --scheduler fedavg (or your scheduler whose task_kind is TrainLocally)",
+    ),
+    "clients": None,  # edge clients run under every scheduler
+    "federated": Applies(
+        lambda c, x: c.clients is not None or c.client_dynamics != "iid",
+        "with edge clients (--clients K) or client env variants (--client-dynamics)",
+    ),
+    "serial": Applies(lambda c, x: c.runtime == "serial", "on the serial runtime's virtual clock"),
+    "codecs": None,
+    "parallel": Applies(
+        lambda c, x: c.runtime in ("processes", "ray"), "with --runtime processes or ray"
+    ),
+    "ray": Applies(lambda c, x: c.runtime == "ray", "with --runtime ray"),
+    "checkpoint": None,
+    "multiagent": Applies(lambda c, x: x.multiagent, "on multi-agent (PettingZoo) envs"),
+    "envs": None,
+    "normalization": None,
+    "atari": Applies(lambda c, x: c.env.startswith("ALE/"), "on Atari envs (ALE/...)"),
+    "evaluation": None,
+    "tracking": None,
+}
+"""Owner -> where its fields take effect (None: everywhere)."""
+
+FIELD_APPLIES: dict[str, Applies] = {
+    # A field whose effect depends on more than its owner taking part: this replaces the
+    # owner's rule for that field.
+    "server_beta1": Applies(
+        lambda c, x: c.optimizer in _FEDOPT, "with --optimizer " + "/".join(_FEDOPT)
+    ),
+    "server_beta2": Applies(
+        lambda c, x: c.optimizer in _FEDOPT, "with --optimizer " + "/".join(_FEDOPT)
+    ),
+    "server_momentum": Applies(lambda c, x: c.optimizer == "sgd", "with --optimizer sgd"),
+    "topk_ratio": Applies(lambda c, x: c.codec == "topk", "with --codec topk"),
+    "error_feedback": Applies(lambda c, x: c.codec == "topk", "with --codec topk"),
+    "obs_clip": Applies(lambda c, x: c.normalize_obs, "with --normalize-obs"),
+    "reward_clip": Applies(lambda c, x: c.normalize_reward, "with --normalize-reward"),
+    "keep_checkpoints": Applies(lambda c, x: c.checkpoint_every > 0, "with --checkpoint-every N"),
+    "checkpoint_replay": Applies(
+        lambda c, x: c.checkpoint_every > 0 and c.algo == "nstep_q",
+        "with --checkpoint-every N and --algo nstep_q",
+    ),
+    "wandb_project": Applies(lambda c, x: c.track, "with --track"),
+    "wandb_checkpoint": Applies(
+        lambda c, x: c.track and c.checkpoint_every > 0, "with --track and --checkpoint-every N"
+    ),
+    # fedavg's own round settings (FedAvgSettings); a user's scheduler gets the client
+    # population (dropout, availability), a TrainLocally task the local training settings
+    "client_fraction": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "late_policy": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "round_deadline_s": Applies(
+        lambda c, x: c.scheduler == "fedavg" and c.runtime == "serial",
+        "with --scheduler fedavg on the serial runtime's virtual clock",
+    ),
+    "client_dropout": Applies(
+        lambda c, x: c.scheduler == "fedavg" or not x.built_in,
+        "with --scheduler fedavg or your own scheduler (they draw the client population)",
+    ),
+    "client_availability": Applies(
+        lambda c, x: c.scheduler == "fedavg" or not x.built_in,
+        "with --scheduler fedavg or your own scheduler (they draw the client population)",
+    ),
+    # the parallel runtimes' own, with exceptions: threads are set on every runtime, and a
+    # measured profile's clock models Hogwild!'s worker-side applies
+    "torch_threads": Applies(lambda c, x: True, "everywhere"),
+    "lock_free": Applies(
+        lambda c, x: c.runtime == "processes" or (c.runtime == "serial" and _profile(c)),
+        "with --runtime processes (or a measured --cluster profile.json, which models it)",
+    ),
+    "inject_worker_faults": Applies(
+        lambda c, x: c.runtime in ("processes", "ray"), "with --runtime processes or ray"
+    ),
+}
+"""Field -> where it takes effect, for a field whose owner's rule is too coarse."""
+
+
+def field_applies(name: str) -> Applies | None:
+    """The rule for one field: its own, else its owner's (None: it always takes effect)."""
+    if name in FIELD_APPLIES:
+        return FIELD_APPLIES[name]
+    return OWNER_APPLIES[_OWNER_OF[name]]
+
+
+def check_flags_take_effect(cfg: TrainConfig, given: set[str] | frozenset[str]) -> None:
+    """Refuse a field in ``given`` (set by the user) whose component takes no part in this
+    run: a flag that does nothing would be reported as a knob that was turned. The rule is
+    the owner's (``OWNER_APPLIES``), or the field's own (``FIELD_APPLIES``); ``cfg`` is the
+    config in effect (after the env's defaults), ``given`` what the user set."""
+    defaults = TrainConfig()
+    context = flag_context(cfg)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in given or _same_setting(getattr(cfg, f.name), getattr(defaults, f.name)):
+            continue
+        rule = field_applies(f.name)
+        if rule is not None and not rule.test(cfg, context):
+            raise ConfigError(
+                f"{f.name}: {getattr(cfg, f.name)!r} has no effect here; it applies only "
+                f"{rule.when} (leave it at {getattr(defaults, f.name)!r})"
+            )
+
+
+def flag_context(cfg: TrainConfig) -> FlagContext:
+    from hybrid import registry
+    from hybrid.envs import env_family
+
+    family = env_family(cfg.env)
+    built_in = cfg.scheduler in registry.SCHEDULERS
+    trains_locally = False
+    if not built_in:
+        from hybrid.protocol import TrainLocally
+        from hybrid.schedulers import task_kind_of
+
+        kind = task_kind_of(cfg.scheduler)
+        # not loaded (a sweep's dry run imports no scheduler): its flags may apply
+        trains_locally = kind is None or kind is TrainLocally
+    return FlagContext(
+        multiagent=family is not None and family.name == "multiagent",
+        trains_locally=trains_locally,
+        built_in=built_in,
+    )
+
+
+def given_fields(cfg: TrainConfig, keep: Any = ()) -> set[str]:
+    """The fields set away from their global defaults, and those named in ``keep`` (a
+    caller's explicit keywords): what the user gave, before the env's defaults are added."""
+    defaults = TrainConfig()
+    changed = {
+        f.name
+        for f in dataclasses.fields(TrainConfig)
+        if not _same_setting(getattr(cfg, f.name), getattr(defaults, f.name))
+    }
+    return changed | set(keep)
+
+
+def _same_setting(a: object, b: object) -> bool:
+    # 1 and 1.0 are one value; True and 1 are not one setting
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+_OWNER_OF = {name: owner for owner, names in FIELD_OWNERS.items() for name in names}
+
+
 VIRTUAL_CLOCK_FIELDS = (
     *FIELD_OWNERS["serial"],
     "client_uplink_mbps",
@@ -888,4 +1077,13 @@ def _non_negative(name: str, value: object) -> None:
         raise ConfigError(f"{name}: {value} must be >= 0")
 
 
-__all__ = ["FIELD_OWNERS", "ConfigError", "TrainConfig"]
+__all__ = [
+    "FIELD_APPLIES",
+    "FIELD_OWNERS",
+    "OWNER_APPLIES",
+    "ConfigError",
+    "TrainConfig",
+    "check_flags_take_effect",
+    "field_applies",
+    "given_fields",
+]

@@ -41,7 +41,7 @@ from hybrid.assembly import (
     tracking_settings,
     worker_pool,
 )
-from hybrid.config import ConfigError, TrainConfig
+from hybrid.config import ConfigError, TrainConfig, check_flags_take_effect, given_fields
 from hybrid.core.global_model import build_global_model, resolve_device
 from hybrid.core.learner import Learner
 from hybrid.core.loop import Interrupted, Training
@@ -52,9 +52,15 @@ from hybrid.evaluation import Evaluator
 from hybrid.nets import FlatParams
 from hybrid.protocol import CollectExperience, Task
 from hybrid.runtimes import Runtime, make_runtime, workers_write_params
-from hybrid.schedulers import make_scheduler, short_name, typed_scheduler_args
+from hybrid.schedulers import make_scheduler, scheduler_source, short_name, typed_scheduler_args
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
-from hybrid.tracking import CallbackLike, Callbacks, Tracker, write_json_atomic
+from hybrid.tracking import (
+    CallbackLike,
+    Callbacks,
+    Tracker,
+    record_scheduler_source,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
     import pandas as pd  # only for Result.frame's annotation: pandas is imported on use
@@ -133,7 +139,8 @@ class ResumePlan:
     resumable fields that differ from the config the checkpoint was written under."""
 
     cfg: TrainConfig
-    state: dict[str, Any]
+    state: dict[str, Any] | None
+    """None: the run stopped before its first checkpoint and starts over."""
     changed: dict[str, Any]
     stored: dict[str, Any]
     """config.json as found (rewritten with ``changed`` once the resume has started)."""
@@ -152,6 +159,11 @@ def _resume_config(cfg: TrainConfig) -> ResumePlan:
     # config.json is untrusted input: typed and validated like the command line (train()
     # validates the result), never imported from or called before that
     stored_cfg = TrainConfig.from_dict(stored)
+    checkpoint.check_scheduler_named_again(stored_cfg.scheduler, cfg.scheduler)
+    if not checkpoint.list_checkpoints(run_dir):  # killed before its first: start it over
+        changes = _flags_given_on_resume(cfg, stored_cfg, run_dir)
+        resumed = stored_cfg.replace(**changes, out=str(run_dir), resume=str(run_dir))
+        return ResumePlan(resumed, None, changes, stored | changes)
     try:
         _, state = checkpoint.load_latest(run_dir)
     except checkpoint.CheckpointError as exc:
@@ -459,6 +471,7 @@ def _train(
 ) -> Result:
     resume_state: dict[str, Any] | None = None
     plan: ResumePlan | None = None
+    given: set[str] | None = None  # the fields the user set (a new run's)
     if cfg.resume:
         _check_resume_dir(cfg)
         # locked before reading anything: what a running run writes is not read half-done
@@ -467,6 +480,7 @@ def _train(
         plan = _resume_config(cfg)
         cfg, resume_state = plan.cfg, plan.state
     else:
+        given = given_fields(cfg, overrides)
         # hybrid/defaults.py (keyword overrides always win); config.json records the result
         cfg = apply_env_defaults(cfg, keep=overrides)
         cfg = apply_runtime_defaults(cfg, keep=overrides)
@@ -475,10 +489,14 @@ def _train(
         # workers=8 on CartPole, is not replaced by the env's defaults a second time).
         cfg = cfg.replace(env_defaults=False)
     info = check_config(cfg)
+    if given is not None:  # a flag that would do nothing here is refused
+        check_flags_take_effect(cfg, given)
     cfg = cfg.replace(scheduler_args=typed_scheduler_args(cfg.scheduler, cfg.scheduler_args))
     created: list[Path] = []
-    if resume_state is not None:
+    if plan is not None:
         run_dir = Path(cfg.out)
+        if resume_state is None:
+            checkpoint.restart_from_config(run_dir, plan.stored if plan.changed else None)
     else:
         run_dir = prepare_run_dir(cfg)
         created = create_run_dir(run_dir)  # before any runtime starts a worker
@@ -508,12 +526,13 @@ def _train(
             worker_pool(cfg, info),
         )
         evaluator = Evaluator(eval_settings(cfg), info, obs_stats=global_model.obs_stats)
-        if resume_state is None:
+        if plan is None:
             write_json_atomic(run_dir / "config.json", cfg.to_dict())
+        record_scheduler_source(run_dir, scheduler_source(cfg.scheduler), resuming=plan is not None)
     except BaseException:
         if runtime is not None:
             runtime.close()
-        if resume_state is None:
+        if plan is None:
             remove_run_dir(run_dir, created)  # a start that failed leaves nothing behind
         raise
     tracker = Tracker(tracking_settings(cfg), run_dir, hooks)
@@ -532,7 +551,7 @@ def _train(
     )
     summary: dict[str, Any] | None = None
     try:
-        if plan is not None:
+        if plan is not None and plan.state is not None:
             _check_checkpoint_fits(plan.state, training)
             training.restore(plan.state, plan.changed)
             if plan.changed:  # config.json records the values in effect

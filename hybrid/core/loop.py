@@ -25,6 +25,7 @@ from hybrid.codecs import Codec, PayloadError
 from hybrid.core.appliers import Applier
 from hybrid.core.global_model import GlobalModel, all_finite, params_sha256
 from hybrid.core.learner import Learner
+from hybrid.core.scheduler_checks import check_ready, check_verdict
 from hybrid.errors import ConfigError
 from hybrid.evaluation import Evaluator
 from hybrid.protocol import Payload, Snapshot, Task, Update
@@ -270,7 +271,9 @@ class Training:
             if self.stop_signal is not None:
                 runtime.settle()
                 raise Interrupted(self.stop_signal, self.checkpoint())
-            starting = scheduler.ready(runtime.idle_workers(), global_model.version)
+            idle = runtime.idle_workers()
+            starting = scheduler.ready(idle, global_model.version)
+            check_ready(scheduler, starting, idle)  # a user's ready() may return anything
             if starting:
                 # shared by all tasks started together
                 snapshot = self.applier.snapshot(
@@ -290,6 +293,7 @@ class Training:
             if rejection is None:
                 # what τ would be if it were applied now: the scheduler's admission input
                 verdict = scheduler.admit(update, staleness(update, global_model.version))
+                check_verdict(scheduler, verdict)
                 st.nonfinite_streak = 0
             else:
                 stats.rejected[rejection] += 1
@@ -486,7 +490,10 @@ class Training:
     def restore(self, state: dict[str, Any], changed: dict[str, Any] | None = None) -> None:
         """Continue from a checkpoint; ``changed`` names the resumable fields that differ
         from the config it was written under (their cadences start again from here)."""
-        state = from_plain(state)
+        try:
+            state = from_plain(state)
+        except checkpoint.CheckpointError as exc:  # a hostile or damaged file: one line
+            raise ConfigError(f"resume: {exc}") from None
         try:
             self._restore(state)
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:

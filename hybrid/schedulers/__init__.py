@@ -17,13 +17,16 @@ dataclasses (``hybrid.scheduler_settings``); a user scheduler's come from
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,6 +139,17 @@ def short_name(name: str) -> str:
     return name.rpartition(":")[2] if ":" in name else name
 
 
+def task_kind_of(name: str) -> type | None:
+    """The task kind of scheduler ``name`` (None: not known without importing it, under
+    ``defer_user_schedulers``, or not a scheduler: validation says why)."""
+    try:
+        if _deferred(name):
+            return None
+        return resolve_scheduler(name).cls.task_kind
+    except ConfigError:
+        return None
+
+
 def make_settings(cls: type[Scheduler], args: Mapping[str, Any]) -> Any:
     """``cls.Settings`` filled from ``args``, each value checked against the field's type."""
     settings_cls = cls.Settings
@@ -162,7 +176,10 @@ def make_settings(cls: type[Scheduler], args: Mapping[str, Any]) -> Any:
 
 
 def check_scheduler(name: str, args: Mapping[str, Any]) -> type[Scheduler]:
-    """Validate a config's scheduler and its arguments without building anything."""
+    """Validate a config's scheduler and its arguments without building anything (under
+    ``defer_user_schedulers``, a user's class is not imported: its form only is checked)."""
+    if _deferred(name):
+        return Scheduler
     entry = resolve_scheduler(name)
     if entry.cls in (SCHEDULERS[b].cls for b in BUILT_IN):
         if args:
@@ -178,6 +195,8 @@ def check_scheduler(name: str, args: Mapping[str, Any]) -> type[Scheduler]:
 def typed_scheduler_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """``args`` with each value as its setting's type ("true" -> True): what config.json
     records, so that analysis groups runs by values, not by how they were typed."""
+    if _deferred(name):
+        return dict(args)
     cls = resolve_scheduler(name).cls
     if cls.Settings is None or not args:
         return dict(args)
@@ -206,25 +225,98 @@ def _check_class(name: str, cls: object) -> None:
         raise ConfigError(f"scheduler: {cls.__name__}.Settings must be a dataclass")
 
 
+@dataclass(frozen=True)
+class SchedulerSource:
+    """The file a ``path/to/file.py:Class`` scheduler was loaded from: its resolved path and
+    the SHA-256 of the bytes that ran."""
+
+    path: str
+    sha256: str
+
+
+_LOADED_FILES: dict[str, SchedulerSource] = {}
+"""Resolved path -> the source its module (in sys.modules) was executed from."""
+
+
+def scheduler_source(name: str) -> SchedulerSource | None:
+    """What a ``file.py:Class`` scheduler name ran in this process (None for any other name,
+    or a file not loaded yet): the run records it beside its config."""
+    where = name.rpartition(":")[0] if isinstance(name, str) else ""
+    if not where.endswith(".py"):
+        return None
+    return _LOADED_FILES.get(str(Path(where).resolve()))
+
+
+def _module_name(resolved: Path, digest: str) -> str:
+    # Unique per file and content: two rule.py files in two folders, or an edited file,
+    # are two modules (a stem alone would hand the first one's class to both).
+    tag = hashlib.sha256(f"{resolved}\0{digest}".encode()).hexdigest()[:16]
+    stem = "".join(c if c.isalnum() else "_" for c in resolved.stem)
+    return f"hybrid_user_scheduler_{stem}_{tag}"
+
+
+def _load_file(name: str, where: str) -> types.ModuleType:
+    path = Path(where)
+    if not path.is_file():
+        raise ConfigError(f"scheduler: no file {where!r} (from {name!r})")
+    resolved = path.resolve()
+    try:
+        source = resolved.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"scheduler: cannot read {where!r} ({exc.strerror or exc})") from None
+    digest = hashlib.sha256(source).hexdigest()
+    module_name = _module_name(resolved, digest)
+    if module_name in sys.modules:  # this file, unchanged since it was loaded
+        _LOADED_FILES[str(resolved)] = SchedulerSource(str(resolved), digest)
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"scheduler: cannot load {where!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up while loading
+    try:
+        # the bytes hashed above, not a second read: what ran is what is recorded
+        exec(compile(source, str(resolved), "exec"), module.__dict__)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ConfigError(f"scheduler: loading {where!r} failed: {exc}") from None
+    _LOADED_FILES[str(resolved)] = SchedulerSource(str(resolved), digest)
+    return module
+
+
+_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "hybrid_defer_user_schedulers", default=False
+)
+
+
+@contextlib.contextmanager
+def defer_user_schedulers() -> Iterator[None]:
+    """Check scheduler names without importing them: a ``module:Class`` or ``file.py:Class``
+    is only checked for its form (and the file for existing) until this exits. A sweep's
+    ``--dry-run`` plans under it: it promises to run nothing, and importing runs code."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+def _deferred(name: str) -> bool:
+    """True (after checking the name's form) when ``name`` is a user's path to be loaded
+    later (see ``defer_user_schedulers``)."""
+    if not _DEFERRED.get() or name in SCHEDULERS or not isinstance(name, str) or ":" not in name:
+        return False
+    where, _, attribute = name.rpartition(":")
+    if not where or not attribute.isidentifier():
+        raise ConfigError(f"scheduler: {name!r} is not module:Class or path/to/file.py:Class")
+    if where.endswith(".py") and not Path(where).is_file():
+        raise ConfigError(f"scheduler: no file {where!r} (from {name!r})")
+    return True
+
+
 def _load_module(name: str, where: str) -> types.ModuleType:
     if where.endswith(".py"):
-        path = Path(where)
-        if not path.is_file():
-            raise ConfigError(f"scheduler: no file {where!r} (from {name!r})")
-        module_name = f"hybrid_user_scheduler_{path.stem}"
-        if module_name in sys.modules:
-            return sys.modules[module_name]
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(f"scheduler: cannot load {where!r}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # dataclasses look their module up while loading
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[module_name]
-            raise ConfigError(f"scheduler: loading {where!r} failed: {exc}") from None
-        return module
+        return _load_file(name, where)
     try:
         return importlib.import_module(where)
     except Exception as exc:  # not only ImportError: '' or '..' are ValueErrors
@@ -245,13 +337,17 @@ __all__ = [
     "Scheduler",
     "SchedulerEntry",
     "SchedulerSettings",
+    "SchedulerSource",
     "Sync",
     "SyncSettings",
     "Verdict",
     "check_scheduler",
+    "defer_user_schedulers",
     "make_scheduler",
     "register_scheduler",
     "resolve_scheduler",
+    "scheduler_source",
     "short_name",
+    "task_kind_of",
     "typed_scheduler_args",
 ]
