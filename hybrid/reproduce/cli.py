@@ -67,9 +67,7 @@ def reproduce_command(argv: Sequence[str]) -> int:
     for entry in chosen:
         seeds = tuple(args.seeds) if args.seeds is not None else entry.default_seeds
         try:
-            reports.append(
-                reproduce(entry, seeds, out / entry.name, args.jobs, args.budget_scale)
-            )
+            reports.append(reproduce(entry, seeds, out / entry.name, args.jobs, args.budget_scale))
         except ConfigError as exc:
             return fail("reproduce", str(exc))
         print(f"{entry.name}: {reports[-1].verdict} ({reports[-1].wall_s:.0f} s)")

@@ -126,7 +126,7 @@ class Entry:
 
 def scaled_budget(budget: int, budget_scale: float) -> int:
     """The env steps of a run at ``budget_scale`` (at least one thousand)."""
-    return max(1_000, int(round(budget * budget_scale)))
+    return max(1_000, round(budget * budget_scale))
 
 
 # --- statistics over seeds -------------------------------------------------------------------
