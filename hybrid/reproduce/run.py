@@ -188,7 +188,10 @@ def reproduce(
             ArmStats(
                 arm.label,
                 tuple(entry.figure(s) for s in mine),
-                sum(bool(s.get("solved")) for s in mine),
+                sum(bool(s.get("solved")) for s in mine)
+                if entry.kind != "speedup"
+                and any(s.get("reward_threshold") is not None for s in mine)
+                else None,
             )
         )
     report = Report(
@@ -243,7 +246,7 @@ def rows(report: Report) -> list[tuple[str, ...]]:
                 entry.metric_name,
                 _number(arm.iqm),
                 f"{_number(arm.mean)} ± {_number(arm.std)}",
-                f"{arm.solved}/{arm.n}",
+                "n/a" if arm.solved is None else f"{arm.solved}/{arm.n}",
                 entry.published.text if i == 0 else "",
                 report.verdict if i == len(report.arms) - 1 and entry.kind == "return" else "",
             )
@@ -273,7 +276,7 @@ def _team_sum_rows(report: Report) -> list[tuple[str, ...]]:
 
     out = []
     for arm in report.arms:
-        total = ArmStats(arm.label, tuple(v * AGENTS for v in arm.values), arm.solved)
+        total = ArmStats(arm.label, tuple(v * AGENTS for v in arm.values), None)
         out.append(
             (
                 "",

@@ -63,7 +63,7 @@ ENTRY = Entry(
     ),
     env_id="CartPole-v1",
     source_env_id="7 Atari games",
-    budget=20_000,
+    budget=10_000,
     parallel_envs="one env per worker (thread), 1-16 workers",
     evaluation="throughput: env steps per second of the virtual clock, on this machine's "
     "calibrated costs with 16 cores modelled",

@@ -37,7 +37,6 @@ CLEANRL_PPO = {
     "normalize_obs": False,
     "stop_when_solved": False,
     "eval_episodes": 10,
-    "eval_every": 25_000,
 }
 
 CLEANRL_DEVIATIONS = (

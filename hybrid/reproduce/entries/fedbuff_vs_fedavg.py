@@ -59,6 +59,7 @@ ENTRY = Entry(
         "cluster": "heterogeneous",
         "client_fraction": 1.0,
         "stop_when_solved": True,
+        "eval_every": 2_500,  # the resolution of the time to target
         **LOCAL_TRAINING,
     },
     arms=(

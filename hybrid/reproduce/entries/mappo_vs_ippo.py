@@ -33,10 +33,10 @@ ENTRY = Entry(
         **MPE,
         "scheduler": "sync",
         "stop_when_solved": False,
-        "eval_every": 50_000,
     },
     arms=(Arm("mappo", {"algo": "mappo"}), Arm("ippo", {"algo": "ippo"})),
     kind="direction",
+    metric_name="final eval return, per-agent mean",
     deviations=(
         "budget: the released script trains 20M env steps; this machine runs a small "
         "fraction of that (--budget-scale), so the verdict says 'not comparable' and the "

@@ -41,7 +41,6 @@ ENTRY = Entry(
         "gamma": 0.98,
         "gae_lambda": 0.8,
         "ent_coef": 0.0,
-        "eval_every": 10_000,
     },
     deviations=(
         LR_ANNEAL_PPO,

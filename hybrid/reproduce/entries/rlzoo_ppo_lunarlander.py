@@ -60,7 +60,6 @@ ENTRY = Entry(
         "gamma": 0.999,
         "gae_lambda": 0.98,
         "ent_coef": 0.01,
-        "eval_every": 50_000,
     },
     deviations=(LUNAR_V3, EVAL_DEVIATION, SEED_DEVIATION),
 )
