@@ -50,8 +50,6 @@ ENTRY = Entry(
     source_seeds=1,
     config={"env": "CartPole-v1", **A2C_ZOO},
     deviations=(
-        "RMSprop's eps is applied as torch's (outside the square root), as SB3's MLP "
-        "policies do; its TF-like RMSprop is used only on Atari",
         EVAL_DEVIATION,
         SEED_DEVIATION,
     ),

@@ -44,8 +44,6 @@ ENTRY = Entry(
         "no generalized state-dependent exploration (gSDE): hybrid's Gaussian policy has a "
         "state-independent log std (--state-dependent-std makes it a network output, not "
         "gSDE's noise matrix)",
-        "rl-zoo's row is labelled Pendulum-v1 while its hyperparameter file names the "
-        "Pendulum-v0 entry; the task is the same",
         EVAL_DEVIATION,
         SEED_DEVIATION,
     ),
