@@ -127,3 +127,8 @@ def test_the_paper_setting_trains_and_changes_the_run(tmp_path: Path) -> None:
     assert paper.summary["final_params_sha256"] != plain.summary["final_params_sha256"]
     assert torch.isfinite(torch.tensor(paper.summary["final_eval_return"]))
     assert paper.config.mappo_value_loss == "huber" and paper.config.max_grad_norm == 10.0
+    # both return conventions in the summary: the logged per-agent mean and the team's sum
+    s = plain.summary
+    assert s["return_convention"] == "per-agent mean"
+    assert s["final_eval_return_per_agent_mean"] == pytest.approx(s["final_eval_return"])
+    assert s["final_eval_return_team_sum"] == pytest.approx(3 * s["final_eval_return"])
