@@ -94,21 +94,27 @@ def execute(
         return summaries
     running: dict[subprocess.Popen[bytes], tuple[PlannedRun, float]] = {}
     queue = list(pending)
-    while queue or running:
-        while queue and len(running) < jobs:
-            run = queue.pop(0)
-            running[_start(run)] = (run, time.perf_counter())
-        time.sleep(0.2)
-        for proc in [p for p in running if p.poll() is not None]:
-            run, started = running.pop(proc)
-            done += 1
-            summary = _summary(run.run_dir)
-            if proc.returncode != 0 or summary is None:
-                log = run.run_dir.parent / f"{run.run_dir.name}.log"
-                say(f"[{done}/{len(runs)}] {run.arm} seed {run.seed}: failed (see {log})")
-                continue
-            summaries[run.run_dir] = summary
-            _report(say, done, len(runs), run, summary, started)
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                run = queue.pop(0)
+                running[_start(run)] = (run, time.perf_counter())
+            time.sleep(0.2)
+            for proc in [p for p in running if p.poll() is not None]:
+                run, started = running.pop(proc)
+                done += 1
+                summary = _summary(run.run_dir)
+                if proc.returncode != 0 or summary is None:
+                    log = run.run_dir.parent / f"{run.run_dir.name}.log"
+                    say(f"[{done}/{len(runs)}] {run.arm} seed {run.seed}: failed (see {log})")
+                    continue
+                summaries[run.run_dir] = summary
+                _report(say, done, len(runs), run, summary, started)
+    finally:  # interrupted (Ctrl-C): no run outlives the check; a rerun resumes
+        for proc in running:
+            proc.terminate()
+        for proc in running:
+            proc.wait()
     return summaries
 
 
