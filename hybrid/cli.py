@@ -25,6 +25,7 @@ commands:
   timeline  per-worker Gantt chart and Chrome trace of one run
   calibrate measure this machine into a profile for the virtual clock (--cluster PATH.json)
   demo      a small scheduler comparison on CartPole-v1
+  reproduce published results beside hybrid's (hybrid reproduce --list names them)
 """
 
 
@@ -230,10 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hybrid.sweep import sweep_command
 
         return sweep_command(rest)
+    if command == "reproduce":
+        from hybrid.reproduce.cli import reproduce_command
+
+        return reproduce_command(rest)
     return fail(
         command,
         f"unknown command {command!r}; "
-        "choose one of train, sweep, compare, timeline, calibrate, demo",
+        "choose one of train, sweep, compare, timeline, calibrate, demo, reproduce",
     )
 
 

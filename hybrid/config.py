@@ -281,6 +281,20 @@ class TrainConfig:
     clip_vloss: bool = True
     """PPO: clip the value update around the values at collection time."""
 
+    # --- MAPPO as in its released code (multi-agent PPO; the defaults keep hybrid's) -----------
+    mappo_value_loss: str = "mse"
+    """Multi-agent PPO's value loss: mse (half the squared error) or huber (Yu et al. 2022's
+    released code, quadratic within mappo_huber_delta and linear beyond)."""
+    mappo_huber_delta: float = 10.0
+    """δ of the Huber value loss (the released code's 10)."""
+    mappo_separate_optimizers: bool = False
+    """Multi-agent PPO: actor and critic on their own local Adam, each gradient clipped to
+    max_grad_norm apart (the released code's two optimizers; Adam works per element, so this
+    is one Adam with the clipping per network)."""
+    mappo_value_norm_per_minibatch: bool = False
+    """Multi-agent PPO: update the value normalization with every minibatch's returns, as the
+    released code does, instead of once per batch."""
+
     # --- environments ---------------------------------------------------------------
     env_defaults: bool = True
     """Give every field left at its global default the env's value from hybrid/defaults.py
@@ -506,6 +520,7 @@ class TrainConfig:
         _at_least("atari_noop_max", self.atari_noop_max, 0)
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
+        self._check_mappo_options(family is not None and family.name == "multiagent")
         self._check_upper_bounds()
         self._check_no_dead_flags(family is not None and family.name == "multiagent")
 
@@ -527,6 +542,31 @@ class TrainConfig:
                 elif isinstance(default, str) and not isinstance(value, str):
                     raise ConfigError(f"{name}: {value!r} is not a string")
             settings_from_fields(scheduler, {name: getattr(self, name) for name in vars(self)})
+
+    def _check_mappo_options(self, multiagent: bool) -> None:
+        """The released-code choices of MAPPO: known values, and only where they act (PPO's
+        epochs on a multi-agent env)."""
+        _choice("mappo_value_loss", self.mappo_value_loss, ("mse", "huber"))
+        _positive("mappo_huber_delta", self.mappo_huber_delta)
+        defaults = TrainConfig()
+        acts = multiagent and self.algo in ("mappo", "ippo", "ppo")
+        for name in (
+            "mappo_value_loss",
+            "mappo_huber_delta",
+            "mappo_separate_optimizers",
+            "mappo_value_norm_per_minibatch",
+        ):
+            if getattr(self, name) != getattr(defaults, name) and not acts:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} has no effect here; it applies only to "
+                    f"mappo, ippo or ppo on multi-agent (PettingZoo) envs (leave it at "
+                    f"{getattr(defaults, name)!r})"
+                )
+        if self.mappo_value_norm_per_minibatch and not self.value_norm:
+            raise ConfigError(
+                "mappo_value_norm_per_minibatch: needs value_norm (it says when the "
+                "normalization is updated); leave it off with --no-value-norm"
+            )
 
     def _check_scheduler(self) -> None:
         from hybrid import registry
@@ -736,6 +776,12 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     "ray": ("ray_address",),
     "checkpoint": ("checkpoint_every", "keep_checkpoints", "checkpoint_replay", "resume"),
     "multiagent": ("param_sharing", "agent_id", "critic"),
+    "mappo": (
+        "mappo_value_loss",
+        "mappo_huber_delta",
+        "mappo_separate_optimizers",
+        "mappo_value_norm_per_minibatch",
+    ),
     "envs": ("env_defaults", "wrappers"),
     "normalization": ("normalize_obs", "normalize_reward", "obs_clip", "reward_clip"),
     "atari": (

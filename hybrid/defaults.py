@@ -87,7 +87,11 @@ CONTINUOUS_PPO: dict[str, Any] = {
 }
 
 # Box2D with discrete actions (LunarLander): rl-zoo's PPO for LunarLander (long horizon,
-# gamma 0.999, lambda 0.98, 4 epochs), 16 envs x 128 steps per update.
+# gamma 0.999, lambda 0.98, 4 epochs), 16 envs x 128 steps per update, local Adam at 2.5e-4
+# (rl-zoo's is SB3's 3e-4). With 5e-4, async on LunarLander-v3 (200k steps, seeds 0 and 1)
+# climbed to 199 and 112 and fell back to 5 and 39, unsolved: async adds each worker's Δ to
+# θ as it arrives, computed on a θ ~3 updates stale; at 2.5e-4 both seeds solved, at 75k
+# and 150k steps (docs/reproduce.md, "The LunarLander recipe").
 BOX2D_PPO: dict[str, Any] = {
     "algo": "ppo",
     "workers": 4,
@@ -98,7 +102,7 @@ BOX2D_PPO: dict[str, Any] = {
     "ent_coef": 0.01,
     "ppo_epochs": 4,
     "ppo_minibatches": 8,
-    "ppo_lr": 5e-4,
+    "ppo_lr": 2.5e-4,
     "optimizer": "sgd",
     "lr": 1.0,
     "value_norm": False,

@@ -30,6 +30,7 @@ ASSEMBLY = {
     "hybrid.flags",
     "hybrid.sweep",
     "hybrid.calibrate",  # a subcommand that builds its own configs
+    "hybrid.reproduce.entries.a3c_speedup",  # hybrid reproduce: calibrates with its own config
     # A plug-in's registration is its part of the assembly: its check of the config and the
     # builder of its own settings (EnvFamily.settings, FinalEvaluation.settings).
     "multiagent",
