@@ -866,6 +866,10 @@ OWNER_APPLIES: dict[str, Applies | None] = {
     "ray": Applies(lambda c, x: c.runtime == "ray", "with --runtime ray"),
     "checkpoint": None,
     "multiagent": Applies(lambda c, x: x.multiagent, "on multi-agent (PettingZoo) envs"),
+    "mappo": Applies(
+        lambda c, x: x.multiagent and c.algo in _PPO_ALGOS,
+        "with --algo mappo, ippo or ppo on multi-agent (PettingZoo) envs",
+    ),
     "envs": None,
     "normalization": None,
     "atari": Applies(lambda c, x: c.env.startswith("ALE/"), "on Atari envs (ALE/...)"),

@@ -88,6 +88,7 @@ def test_a_refused_field_is_taken_where_its_rule_holds(name):
         "parallel": dict(runtime="processes"),
         "ray": dict(runtime="ray"),
         "multiagent": dict(env="mpe2/simple_spread_v3"),
+        "mappo": dict(env="mpe2/simple_spread_v3", algo="mappo"),
         "atari": dict(env="ALE/Pong-v5"),
     }
     owner = next(o for o, names in FIELD_OWNERS.items() if name in names)
@@ -105,7 +106,7 @@ def test_a_refused_field_is_taken_where_its_rule_holds(name):
         "wandb_checkpoint": dict(track=True, checkpoint_every=5),
         "lock_free": dict(runtime="processes"),
     }.get(name, where.get(owner, {}))
-    if owner == "multiagent":
+    if owner in ("multiagent", "mappo"):
         pytest.importorskip("mpe2", reason="the multi-agent extra is not installed")
     cfg = PLAIN.replace(**context, **{name: other_value(name)})
     check_flags_take_effect(cfg, {name})
