@@ -54,6 +54,7 @@ def predicted_rate(
         hidden=measured.get("hidden", TrainConfig.hidden),
         optimizer=measured.get("optimizer", TrainConfig.optimizer),
         scheduler=scheduler,
+        workers=workers,
         seed=seed,
         total_env_steps=steps,
         stop_when_solved=False,
