@@ -72,7 +72,8 @@ class ClusterProfile:
     quantiles, measured from a real run's round trips; drawn per task, it uses no core."""
     read_delay_s: float = 0.0
     """Hogwild!: seconds between a worker's result and its next read of θ (the main
-    process wakes on the result and runs before the worker reads), measured."""
+    process wakes on the result and claims the task before the worker applies and reads),
+    measured as the mean cycle of a lone Hogwild! worker beyond its task and apply."""
     contention: float = 0.0
     """Cost growth beyond fair sharing: with N workers on C cores a task's CPU work is
     multiplied by 1 + contention × (min(N, C) − 1) / C (caches, memory bandwidth, the
