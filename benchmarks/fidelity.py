@@ -33,6 +33,10 @@ predicts the processes cells at N = 2 and 4 on this machine's cores and prints t
 steps/s beside the real figure (target ≤ 20%). ``--quick``: processes, async and sync,
 N = 1, 2, 4, CartPole-v1, seeds 0 and 1, 5,000 env steps.
 
+``--report-only`` trains nothing and prints the table of the runs an earlier invocation
+(interrupted, perhaps) finished in ``--out``: per cell, the seeds whose real and virtual
+runs both finished.
+
 The real runs are noisy: other jobs on a shared machine move them (the load average is
 printed with the table). Nothing here asserts; it prints Markdown and writes results.json.
 """
@@ -131,11 +135,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         warnings.simplefilter("ignore", RuntimeWarning)  # oversubscription is the point at N=8
         result = hybrid.train(cfg, workers=cfg.workers)
     assert result.summary is not None
-    stats = span_stats(result.run_dir, result.summary, warm_up=1)
+    return run_figures(result.run_dir, result.summary)
+
+
+def run_figures(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """A finished run's figures, from its summary.json and spans.jsonl."""
+    stats = span_stats(run_dir, summary, warm_up=1)
     return {
         "steps_per_s": stats.steps_per_s,
         "staleness_histogram": stats.staleness_histogram,
-        "staleness_mean": result.summary["staleness_mean"],
+        "staleness_mean": summary["staleness_mean"],
         "waiting": stats.waiting,
         "task_mean_s": statistics.fmean(stats.durations) if stats.durations else None,
         "gap_median_s": statistics.median(stats.gaps) if stats.gaps else None,
@@ -149,9 +158,11 @@ def calibrate(
     cfg = base_config(args, env, 0)
     suffix = f"-{cores}core" if cores else ""
     path = out / f"profile-{runtime}-{env}{suffix}.json"
+    work_dir = out / f"calibration-{path.stem}"
+    shutil.rmtree(work_dir, ignore_errors=True)  # a --report-only run calibrates again
     with held_to_cores(cores):
         profile = profile_for(measure(cfg, args.budget_s), runtime)
-        profile = measure_runtime(cfg, profile, args.run_s, out / f"calibration-{path.stem}")
+        profile = measure_runtime(cfg, profile, args.run_s, work_dir)
     profile.save(path)
     print(f"calibrated {runtime} / {env}{suffix} ({path}):\n{describe_profile(profile)}\n")
     return path
@@ -163,6 +174,29 @@ def load_average() -> str:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def finished(run_dir: Path) -> dict[str, Any] | None:
+    """The figures of a run ``--report-only`` finds finished in ``run_dir``, else None."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return run_figures(run_dir, summary)
+
+
+def reported_cell(args: argparse.Namespace, cell: Cell, out: Path) -> dict[str, Any] | None:
+    """A cell's row from the runs an earlier (perhaps interrupted) invocation finished:
+    the seeds whose real and virtual runs both finished."""
+    reals, virtuals, seeds = [], [], []
+    for seed in args.seeds:
+        where = out / f"{cell.name}-s{seed}"
+        real, virtual = finished(Path(str(where) + "-real")), finished(Path(str(where) + "-v"))
+        if real is not None and (virtual is not None or not cell.modelled):
+            reals.append(real)
+            virtuals += [virtual] if virtual is not None else []
+            seeds.append(seed)
+    return cell_row(cell, reals, virtuals) | {"seed_list": seeds} if reals else None
 
 
 def run_cell(
@@ -179,7 +213,12 @@ def run_cell(
             virtuals.append(
                 train(cfg.replace(runtime="serial", cluster=str(profile), out=str(where) + "-v"))
             )
+    return cell_row(cell, reals, virtuals)
+
+
+def cell_row(cell: Cell, reals: list[dict], virtuals: list[dict]) -> dict[str, Any]:
     row: dict[str, Any] = {"cell": dataclasses.asdict(cell), "real": reals, "virtual": virtuals}
+    row["seeds"] = len(reals)
     pairs = list(itertools.combinations(reals, 2))
     row["noise_floor"] = median(
         [ks_distance(a["staleness_histogram"], b["staleness_histogram"]) for a, b in pairs]
@@ -216,7 +255,9 @@ def mark(ok: bool) -> str:
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]) -> str:
     lines = [
-        f"{args.algo}, {args.steps:,} env steps, seeds {args.seeds}, bounded s = 1; "
+        f"{args.algo}, {args.steps:,} env steps, seeds {args.seeds} (per cell: "
+        f"{', '.join(sorted({str(r.get('seeds', len(r['real']))) for r in rows}))}), "
+        "bounded s = 1; "
         f"{platform.node()}, {physical_cores()} cores; load average (1/5/15 min) "
         f"{loads[0]} before, {loads[-1]} after. Targets: KS ≤ max({KS_TARGET}, floor + "
         f"{KS_OVER_FLOOR}), steps/s within ±{RATE_TOLERANCE:.0%}, waiting within "
@@ -287,20 +328,36 @@ def extrapolation(
         ):
             continue
         ratios = []
-        for seed, real in zip(args.seeds, row["real"], strict=True):
+        for seed, real in zip(row.get("seed_list", args.seeds), row["real"], strict=True):
             cfg = base_config(args, cell["env"], seed).replace(
                 scheduler=cell["scheduler"], workers=cell["workers"], **dict(cell["changes"])
             )
-            virtual = train(
-                cfg.replace(
-                    runtime="serial",
-                    cluster=str(path),
-                    out=str(out / f"x-{cell['scheduler']}-{cell['workers']}-s{seed}"),
-                )
-            )
+            where = out / f"x-{cell['scheduler']}-{cell['workers']}-s{seed}"
+            shutil.rmtree(where, ignore_errors=True)  # a --report-only run predicts again
+            virtual = train(cfg.replace(runtime="serial", cluster=str(path), out=str(where)))
             ratios.append(virtual["steps_per_s"] / real["steps_per_s"])
-        results.append({"cell": cell, "ratio": median(ratios)})
+        results.append({"cell": cell, "ratio": median(ratios), "seeds": len(ratios)})
     return results
+
+
+def extrapolation_table(extra: list[dict[str, Any]]) -> str:
+    cores = physical_cores()
+    lines = [
+        "",
+        "",
+        f"One core → {cores} cores (calibrated with --cores 1, predicted with cores = {cores});"
+        f" steps/s virtual / real, target within ±{EXTRAPOLATION_TARGET:.0%}:",
+        "",
+        "| scheduler | N | seeds | virtual / real |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for item in extra:
+        ok = abs(item["ratio"] - 1) <= EXTRAPOLATION_TARGET
+        lines.append(
+            f"| {item['cell']['scheduler']} | {item['cell']['workers']} | {item['seeds']} | "
+            f"{item['ratio']:.2f} {mark(ok)} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         help="reuse these profiles (one per runtime and env, from hybrid calibrate)",
     )
     parser.add_argument("--out", default="runs/fidelity", help="runs, profiles, results.json")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: the table of the runs finished in --out (an interrupted run's)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.envs, args.runtimes, args.schedulers = (
@@ -335,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         args.workers, args.hybrid_workers, args.seeds, args.steps = [1, 2, 4], [], [0, 1], 5_000
     out = Path(args.out)
+    if args.report_only:  # the table of the runs an earlier invocation finished in --out
+        rows = [r for c in cells(args) if (r := reported_cell(args, c, out)) is not None]
+        report = table(rows, args, [load_average()])
+        if args.extrapolate:
+            report += extrapolation_table(extrapolation(args, rows, out))
+        print(report)
+        return 0
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     loads = [load_average()]
@@ -355,21 +424,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {cell.name}: {verdicts(row)}", file=sys.stderr, flush=True)
     loads.append(load_average())
     report = table(rows, args, loads)
-    extra = []
+    extra = extrapolation(args, rows, out) if args.extrapolate else []
     if args.extrapolate:
-        extra = extrapolation(args, rows, out)
-        report += (
-            f"\n\nOne core → {physical_cores()} cores (calibrated with --cores 1, predicted "
-            f"with cores = {physical_cores()}); steps/s virtual / real, target within "
-            f"±{EXTRAPOLATION_TARGET:.0%}:\n\n| scheduler | N | virtual / real |\n"
-            "| --- | ---: | ---: |"
-        )
-        for item in extra:
-            ok = abs(item["ratio"] - 1) <= EXTRAPOLATION_TARGET
-            report += (
-                f"\n| {item['cell']['scheduler']} | {item['cell']['workers']} | "
-                f"{item['ratio']:.2f} {mark(ok)} |"
-            )
+        report += extrapolation_table(extra)
     (out / "results.json").write_text(
         json.dumps({"rows": rows, "extrapolation": extra, "load": loads}, indent=2) + "\n"
     )

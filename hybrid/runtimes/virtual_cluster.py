@@ -310,7 +310,6 @@ class ProfiledSerialRuntime(SerialRuntime):
         self.cores.finish(worker_id)
         update = self._running.pop(worker_id)
         now = self.cores.now
-        update.cost_s = now - update.started_s
         delay = self.profile.read_delay_s if self.hogwild else 0.0
         if delay > 0:  # the result reaches the loop, and the worker reads θ, a moment later
             heapq.heappush(self._delivering, (now + delay, self._sequence, worker_id, update))
@@ -320,6 +319,9 @@ class ProfiledSerialRuntime(SerialRuntime):
 
     def _deliver(self, worker_id: int, update: Update) -> None:
         now = self.cores.now
+        # A task's span ends when its result reaches the loop: for a Hogwild! worker, as in
+        # the real runtime's spans, after the read delay (the claim and its own apply)
+        update.cost_s = now - update.started_s
         heapq.heappush(self._arrived, (now, self._sequence, update))
         self._sequence += 1
         if self.hogwild:  # run-ahead: the next task starts now, before the loop knows of it
