@@ -18,7 +18,7 @@ from hybrid.algorithms import ALGORITHMS, A2CSettings, AlgoSettings, NetSettings
 from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
 from hybrid.atari import AtariSettings
 from hybrid.clients import ClientSettings
-from hybrid.cluster_profile import is_profile_path
+from hybrid.cluster_profile import is_profile_path, profile_in_effect
 from hybrid.codecs import Codec, make_codec
 from hybrid.core.global_model import GlobalModel, ServerSettings, build_global_model
 from hybrid.core.loop import LoopSettings
@@ -195,7 +195,7 @@ def runtime_settings(cfg: TrainConfig) -> RuntimeSettings:
         seed=cfg.seed,
         server=server_settings(cfg),
         clock=ClockSettings(
-            cluster=cfg.cluster,
+            cluster=profile_in_effect(cfg.cluster, cfg.resume),  # a resume: the run's copy
             step_cost_s=cfg.step_cost_s,
             task_overhead_s=cfg.task_overhead_s,
             speed_sigma=cfg.speed_sigma,

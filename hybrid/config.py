@@ -590,7 +590,7 @@ class TrainConfig:
         registry.check_user_scheduler(self.scheduler, self.scheduler_args)
 
     def _check_cluster(self) -> None:
-        from hybrid.cluster_profile import ClusterProfile, is_profile_path
+        from hybrid.cluster_profile import ClusterProfile, is_profile_path, profile_in_effect
 
         if not is_profile_path(self.cluster):
             _choice(
@@ -599,7 +599,7 @@ class TrainConfig:
                 ("homogeneous", "heterogeneous", "stragglers", "a profile PATH.json"),
             )
             return
-        ClusterProfile.load(self.cluster)
+        ClusterProfile.load(profile_in_effect(self.cluster, self.resume))
         if self.clients is not None:
             raise ConfigError(
                 "cluster: a measured profile models persistent workers on one machine; "

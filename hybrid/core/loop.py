@@ -434,6 +434,8 @@ class Training:
             "staleness_unit": self.scheduler.staleness_unit,
             "final_eval_return": st.last_eval[1],
             "virtual_time_s": self.runtime.virtual_time(),
+            # a measured machine's hash and validation errors (serial runtime on a profile)
+            **self.runtime.summary_fields(),
             "final_params_sha256": global_model.sha256(),
             **{
                 name.removeprefix("sched/"): value

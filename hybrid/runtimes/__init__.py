@@ -51,6 +51,11 @@ class Runtime(Protocol):
         """How many workers a checkpoint of this runtime holds state for."""
         ...
 
+    def summary_fields(self) -> dict[str, Any]:
+        """What summary.json records of the runtime itself (a calibrated clock: its profile's
+        hash and validation errors)."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
@@ -68,6 +73,9 @@ class RuntimeDefaults:
     def dispatch_group(self, worker_ids: list[int], snapshot: Snapshot) -> None:
         for worker_id in worker_ids:
             self.dispatch(worker_id, snapshot)
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}
