@@ -188,6 +188,8 @@ def compare(
     if not loaded:
         raise CompareError("runs: no complete run among the given run directories")
     _check_grouping(loaded, group_by)
+    if out_dir is not None:
+        check_out(out_dir, create=False)  # created once nothing else is refused
 
     # Bucket by the JSON text of the values: config values may be lists (unhashable).
     buckets: dict[str, tuple[list[Any], list[Run]]] = {}

@@ -85,10 +85,12 @@ class GroupStats:
         return s[np.isfinite(s)]
 
 
-def check_out(out_dir: Path) -> None:
+def check_out(out_dir: Path, create: bool = True) -> None:
     """Create ``out_dir`` for a report, or raise a one-line CompareError saying why not."""
     if out_dir.exists() and not out_dir.is_dir():
         raise CompareError(f"--out: {out_dir} is a file; give a directory for the report")
+    if not create:
+        return
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a parent is a file, no permission, read-only disk...
