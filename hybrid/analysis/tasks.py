@@ -3,8 +3,8 @@
 Returns of different envs are on different scales (Pendulum about −1,000, CartPole 500), so
 [`compare`][hybrid.analysis.compare] never pools them raw. Normalized, 0 at a random policy
 and 1 at a reference score, they can be: the across-tasks aggregate of Agarwal et al.
-(NeurIPS 2021) with a bootstrap stratified by task ([`hybrid.stats.aggregate_across_tasks`]
-[hybrid.stats.aggregate_across_tasks]) and performance profiles.
+(NeurIPS 2021) with a bootstrap stratified by task
+([`aggregate_across_tasks`][hybrid.stats.aggregate_across_tasks]) and performance profiles.
 """
 
 from __future__ import annotations
