@@ -109,6 +109,9 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                 dict(
                     scheduler=setting.scheduler,
                     exp_name=setting.label,  # the group key of the comparison
+                    # A3C's global defaults, as described above: CartPole's family recipe
+                    # (2 workers x 4 envs, RMSprop) would replace settings left at them.
+                    env_defaults=False,
                     seed=seed,
                     workers=args.workers,
                     cluster=args.cluster,
