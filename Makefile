@@ -48,7 +48,7 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/cartpole.py
 
-# The peers of issue 18 (SB3, TorchRL, Flower) in a venv of their own: Flower pins a ray
+# The peers the performance targets are measured against (SB3, TorchRL, Flower) in a venv of their own: Flower pins a ray
 # that conflicts with hybrid's. benchmarks/cartpole.py and perf_compare.py use it when present.
 PEERS_VENV ?= .venv-peers
 

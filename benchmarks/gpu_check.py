@@ -73,11 +73,11 @@ def scaling_table(args: argparse.Namespace) -> None:
 def learner_rate(algo: str, device: str, args: argparse.Namespace) -> tuple[float, float]:
     """(frames learned per second, learner directions per second) of one learner."""
     from hybrid.assembly import global_model, scheduler_settings, worker_settings
-    from hybrid.core.loop import initial_params, learner_device, make_learner
     from hybrid.core.worker import Worker
     from hybrid.envs import describe
     from hybrid.protocol import CollectExperience, Step
     from hybrid.schedulers import make_scheduler
+    from hybrid.trainer import initial_params, learner_device, make_learner
 
     cfg = TrainConfig(
         env="ALE/Pong-v5",
@@ -94,7 +94,7 @@ def learner_rate(algo: str, device: str, args: argparse.Namespace) -> tuple[floa
     cfg.validate()
     torch.set_num_threads(args.threads)
     info = describe(cfg.env)
-    where = learner_device(cfg, info, make_scheduler(scheduler_settings(cfg)))
+    where = learner_device(cfg, info, make_scheduler(scheduler_settings(cfg)).applies_alone)
     model = global_model(cfg, initial_params(cfg, info), info.obs_stats_shape, where)
     assert model.device.type == device, (model.device, device)
     learner = make_learner(cfg, info, CollectExperience).to(model.device)

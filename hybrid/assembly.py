@@ -4,7 +4,7 @@ component's own settings from it.
 Components (worker, global model, algorithms, evaluator, envs, clients, runtimes) take
 small frozen dataclasses defined beside them (``WorkerSettings``, ``ServerSettings``,
 ``AlgoSettings``, ``EvalSettings``, ``EnvSettings``, ``ClientSettings``,
-``RuntimeSettings``...), never the config. ``train()`` (hybrid/core/loop.py) calls the
+``RuntimeSettings``...), never the config. ``train()`` (hybrid/trainer.py) calls the
 builders below; a plug-in builds its own settings in its registration
 (``EnvFamily.settings``, ``FinalEvaluation.settings``). The settings are picklable, so
 the parallel runtimes send them, not the config, to their worker processes and actors.
@@ -19,20 +19,19 @@ from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
 from hybrid.atari import AtariSettings
 from hybrid.clients import ClientSettings
 from hybrid.cluster_profile import is_profile_path
+from hybrid.codecs import Codec, make_codec
 from hybrid.core.global_model import GlobalModel, ServerSettings, build_global_model
+from hybrid.core.loop import LoopSettings
 from hybrid.core.worker import WorkerSettings
 from hybrid.envs import EnvInfo, EnvSettings, env_family
 from hybrid.evaluation import EvalSettings, Evaluator
 from hybrid.normalization import GlobalObsStats, NormalizationSettings
 from hybrid.plugins import final_evaluations
+from hybrid.protocol import Task, TrainLocally
 from hybrid.runtimes.pool import WorkerPool, make_pool
 from hybrid.runtimes.settings import ClockSettings, RuntimeSettings
-from hybrid.schedulers import (
-    ActorLearnerSettings,
-    BoundedSettings,
-    FedAvgSettings,
-    SchedulerSettings,
-)
+from hybrid.scheduler_settings import BUILT_IN_SETTINGS, settings_from_fields
+from hybrid.schedulers import SchedulerSettings
 from hybrid.tracking import TrackingSettings
 
 if TYPE_CHECKING:
@@ -214,15 +213,10 @@ def runtime_settings(cfg: TrainConfig) -> RuntimeSettings:
 
 
 def _scheduler_args(cfg: TrainConfig) -> object:
-    # A built-in's own flat fields; a user scheduler's --scheduler-arg values.
-    if cfg.scheduler == "bounded":
-        return BoundedSettings(cfg.staleness_bound, cfg.staleness_aware_lr)
-    if cfg.scheduler == "hybrid":
-        return ActorLearnerSettings(cfg.learner_batch, cfg.max_policy_lag)
-    if cfg.scheduler == "fedavg":
-        return FedAvgSettings(cfg.client_fraction, cfg.round_deadline_s, cfg.late_policy)
-    if cfg.scheduler in ("sync", "async"):
-        return None
+    # A built-in's Settings from its own flat fields (checked there: a ConfigError naming
+    # the field); a user scheduler's --scheduler-arg values.
+    if cfg.scheduler in BUILT_IN_SETTINGS:
+        return settings_from_fields(cfg.scheduler, vars(cfg))
     return dict(cfg.scheduler_args)
 
 
@@ -234,6 +228,37 @@ def scheduler_settings(cfg: TrainConfig) -> SchedulerSettings:
         clients=client_settings(cfg),
         args=_scheduler_args(cfg),
     )
+
+
+def loop_settings(cfg: TrainConfig) -> LoopSettings:
+    return LoopSettings(
+        total_env_steps=cfg.total_env_steps,
+        log_every=cfg.log_every,
+        eval_every=cfg.eval_every,
+        checkpoint_every=cfg.checkpoint_every,
+        keep_checkpoints=cfg.keep_checkpoints,
+        checkpoint_replay=cfg.checkpoint_replay,
+        stop_when_solved=cfg.stop_when_solved,
+        config=cfg.to_dict(),
+    )
+
+
+def make_task(kind: type[Task], cfg: TrainConfig) -> Task:
+    """The task a scheduler's ``task_kind`` asks for, with its settings from the config."""
+    if kind is TrainLocally:
+        return TrainLocally(
+            steps=cfg.local_steps,
+            optimizer=cfg.local_optimizer,
+            lr=cfg.local_lr,
+            prox_mu=cfg.prox_mu,
+            deadline_s=cfg.round_deadline_s,
+        )
+    return kind(deadline_s=cfg.round_deadline_s)
+
+
+def server_codec(cfg: TrainConfig) -> Codec:
+    """The codec the loop decodes arriving payloads with."""
+    return make_codec(cfg.codec, topk_ratio=cfg.topk_ratio, seed=cfg.seed)
 
 
 def tracking_settings(cfg: TrainConfig) -> TrackingSettings:
@@ -283,10 +308,13 @@ __all__ = [
     "eval_settings",
     "evaluator",
     "global_model",
+    "loop_settings",
+    "make_task",
     "normalization_settings",
     "ppo_settings",
     "runtime_settings",
     "scheduler_settings",
+    "server_codec",
     "server_settings",
     "tracking_settings",
     "worker_pool",

@@ -43,6 +43,7 @@ from hybrid.core.appliers import WorkersApply
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo, describe
 from hybrid.protocol import ComputeGradient, Snapshot, Step, Update
+from hybrid.runtimes import RuntimeDefaults
 from hybrid.runtimes._parallel import (
     dumps_message,
     pack,
@@ -114,7 +115,7 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
     return step_cost, compute, float(np.std(logs))
 
 
-class _InstantRuntime:
+class _InstantRuntime(RuntimeDefaults):
     """A stand-in runtime whose tasks cost nothing: what remains is the loop's own cost."""
 
     applier = WorkersApply()  # apply only counts, snapshot does not copy: the loop's own cost
@@ -152,15 +153,19 @@ class _InstantRuntime:
     def metrics(self) -> dict[str, float]:
         return {}
 
+    def worker_count(self) -> int:
+        return len(self.busy)
+
     def close(self) -> None:
         pass
 
 
 def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: float) -> float:
     """CPU seconds of the one loop per update, applying nothing (the apply is timed apart)."""
-    from hybrid.core.loop import Training, initial_params, make_learner
+    from hybrid.core.loop import Training
     from hybrid.schedulers import make_scheduler
     from hybrid.tracking import Tracker
+    from hybrid.trainer import initial_params, make_learner
 
     updates = max(200, min(50_000, int(budget_s / 1e-4)))
     loop_cfg = cfg.replace(
@@ -180,15 +185,17 @@ def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: f
     with tempfile.TemporaryDirectory() as run_dir:
         tracker = Tracker(assembly.tracking_settings(loop_cfg), Path(run_dir))
         training = Training(
-            loop_cfg,
+            assembly.loop_settings(loop_cfg),
             Path(run_dir),
             global_model,
             scheduler,
             make_learner(loop_cfg, info, scheduler.task_kind),
-            runtime,  # type: ignore[arg-type]
+            runtime,
             evaluator,
             tracker,
             None,
+            task=assembly.make_task(scheduler.task_kind, loop_cfg),
+            codec=assembly.server_codec(loop_cfg),
         )
         started = time.thread_time()
         training.run()

@@ -25,11 +25,13 @@ commands:
   timeline  per-worker Gantt chart and Chrome trace of one run
   calibrate measure this machine into a profile for the virtual clock (--cluster PATH.json)
   demo      a small scheduler comparison on CartPole-v1
+  reproduce published results beside hybrid's (hybrid reproduce --list names them)
 """
 
 
 def train_command(argv: Sequence[str]) -> int:
-    from hybrid.core.loop import Diverged, Interrupted, train
+    from hybrid.core.loop import Diverged, Interrupted
+    from hybrid.trainer import train
 
     try:
         cfg = parse_train_args(argv)
@@ -163,7 +165,7 @@ def demo_command(argv: Sequence[str]) -> int:
         help="worker speeds on the virtual clock; with equal speeds bounded(s=4) never waits",
     )
     args = parser.parse_args(argv)
-    from hybrid.core.loop import train
+    from hybrid.trainer import train
 
     out = Path(args.out)
     for scheduler in args.schedulers:
@@ -229,10 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hybrid.sweep import sweep_command
 
         return sweep_command(rest)
+    if command == "reproduce":
+        from hybrid.reproduce.cli import reproduce_command
+
+        return reproduce_command(rest)
     return fail(
         command,
         f"unknown command {command!r}; "
-        "choose one of train, sweep, compare, timeline, calibrate, demo",
+        "choose one of train, sweep, compare, timeline, calibrate, demo, reproduce",
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,4 +123,19 @@ def is_profile_path(cluster: str) -> bool:
     return isinstance(cluster, str) and cluster.endswith(".json")
 
 
-__all__ = ["ClusterProfile", "is_profile_path"]
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyper-threads do not add throughput here)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count() or 1
+    try:
+        import psutil  # optional: present in most environments, not a dependency
+
+        physical = psutil.cpu_count(logical=False) or usable
+    except ImportError:
+        physical = usable
+    return max(1, min(physical, usable))
+
+
+__all__ = ["ClusterProfile", "is_profile_path", "physical_cores"]

@@ -602,7 +602,7 @@ def test_load_runs_paths_globs_folders_results(tmp_path: Path) -> None:
 
 
 def test_result_frame_reads_its_run_dir(tmp_path: Path) -> None:
-    from hybrid.core.loop import Result
+    from hybrid.trainer import Result
 
     d = make_runs(tmp_path)[0]
     result = Result(run_dir=d, config=None, summary={}, params=None)  # type: ignore[arg-type]

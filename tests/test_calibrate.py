@@ -14,9 +14,9 @@ from hybrid.cli import main as cli_main
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.config import TrainConfig
 from hybrid.core.global_model import GlobalModel
-from hybrid.core.loop import initial_params
 from hybrid.envs import describe
 from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime, SharedCores
+from hybrid.trainer import initial_params
 
 
 def hand_profile(**changes) -> ClusterProfile:
@@ -328,7 +328,7 @@ def test_without_a_profile_the_serial_runtime_is_the_plain_one(tiny_config, tmp_
             runtime_settings(cfg),
             info,
             GlobalModel(initial_params(cfg, info)),
-            make_scheduler(scheduler_settings(cfg)),
+            make_scheduler(scheduler_settings(cfg)).applies_alone,
             worker_pool(cfg, info),
         )
         try:

@@ -1,4 +1,4 @@
-"""Federated averaging across simulated edge clients (issue 6).
+"""Federated averaging across simulated edge clients.
 
 Scheduler maths and policy on hand-made updates; client profiles and env variants;
 equivalence with sync; the virtual clock's round time; per-client fairness; memory
@@ -23,7 +23,13 @@ from conftest import crash_copy, make_update, metric_rows
 import hybrid
 from federated import fairness_settings
 from federated.evaluation import client_returns, fairness
-from hybrid.assembly import client_settings, runtime_settings, worker_pool, worker_settings
+from hybrid.assembly import (
+    client_settings,
+    make_task,
+    runtime_settings,
+    worker_pool,
+    worker_settings,
+)
 from hybrid.cli import parse_train_args
 from hybrid.clients import (
     CARTPOLE_RANGES,
@@ -34,11 +40,19 @@ from hybrid.clients import (
 )
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step
-from hybrid.core.loop import initial_params, make_task
 from hybrid.core.worker import Worker
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot, TrainLocally
-from hybrid.schedulers import SCHEDULERS, FedAvg, Verdict
+from hybrid.schedulers import SCHEDULERS, FedAvg, FedAvgSettings, Verdict
+from hybrid.trainer import initial_params
+
+
+def fedavg(clients: int, seed: int = 0, **settings) -> FedAvg:
+    """fedavg over ``clients`` clients, its draws from a generator seeded as the loop's
+    ``bind`` seeds the scheduler's stream."""
+    scheduler = FedAvg(clients, FedAvgSettings(**settings))
+    scheduler.bind(None, np.random.default_rng(seed))
+    return scheduler
 
 
 def delta(worker_id: int, values, env_steps: int = 10, base_version: int = 0, **kw):
@@ -59,7 +73,7 @@ def test_fedavg_is_registered_beside_the_others():
 
 
 def test_combine_is_the_sample_weighted_mean_of_the_deltas():
-    s = FedAvg(3, fraction=1.0)
+    s = fedavg(3, client_fraction=1.0)
     assert s.ready([0, 1, 2], version=0) == [0, 1, 2]
     # n_k = 10, 30, 60: (10*[1,2] + 30*[4,-2] + 60*[0.5,1]) / 100 = [1.6, 0.2]
     report_all(s, [0, 1, 2], {0: [1.0, 2.0], 1: [4.0, -2.0], 2: [0.5, 1.0]}, {1: 30, 2: 60})
@@ -76,7 +90,7 @@ def test_server_sgd_lr1_applies_the_mean_delta_exactly():
     locals_ = [torch.tensor([3.0, 0.0, 0.5]), torch.tensor([-1.0, -5.0, 2.5])]
     weights = [1.0, 3.0]
     model = GlobalModel(theta, optimizer="sgd", lr=1.0, max_grad_norm=0.5)
-    s = FedAvg(2, fraction=1.0)
+    s = fedavg(2, client_fraction=1.0)
     s.ready([0, 1], 0)
     for k, (local, n) in enumerate(zip(locals_, weights, strict=True)):
         s.admit(delta(k, (theta - local).tolist(), env_steps=int(n)), 0)
@@ -114,19 +128,19 @@ def test_clients_per_round_is_max_one_floor_c_k():
 def test_sampling_is_seeded_and_draws_only_idle_clients():
     rounds = []
     for seed in (0, 0, 1):
-        s = FedAvg(100, fraction=0.1, seed=seed)
+        s = fedavg(100, seed=seed, client_fraction=0.1)
         picked = s.ready(list(range(100)), 0)
         assert len(picked) == 10 and picked == sorted(set(picked))
         rounds.append(picked)
     assert rounds[0] == rounds[1]
     assert rounds[0] != rounds[2]
-    s = FedAvg(100, fraction=0.5, seed=3)
+    s = fedavg(100, seed=3, client_fraction=0.5)
     idle = list(range(0, 100, 3))
     assert set(s.ready(idle, 0)) <= set(idle)
 
 
 def test_round_stays_open_until_every_sampled_client_reported():
-    s = FedAvg(6, fraction=0.5, seed=1)
+    s = fedavg(6, seed=1, client_fraction=0.5)
     picked = s.ready(list(range(6)), version=4)
     assert len(picked) == 3
     others = [w for w in range(6) if w not in picked]
@@ -144,36 +158,37 @@ def test_round_stays_open_until_every_sampled_client_reported():
 
 
 def test_state_dict_round_trip_continues_the_same_draws():
-    a = FedAvg(50, fraction=0.2, seed=5, dropout=0.3)
+    a = fedavg(50, seed=5, client_fraction=0.2, client_dropout=0.3)
     first = a.ready(list(range(50)), 0)
     report_all(a, first, {w: [1.0] for w in first})
     a.combine()
-    b = FedAvg(50, fraction=0.2, seed=5, dropout=0.3)
+    b = fedavg(50, seed=5, client_fraction=0.2, client_dropout=0.3)
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    b.rng.bit_generator.state = a.rng.bit_generator.state  # the loop checkpoints the stream
     assert a.ready(list(range(50)), 1) == b.ready(list(range(50)), 1)
     assert a.metrics() == b.metrics()
 
 
 def test_dropped_out_clients_never_start_and_are_counted():
-    s = FedAvg(200, fraction=0.5, seed=2, dropout=0.25)
+    s = fedavg(200, seed=2, client_fraction=0.5, client_dropout=0.25)
     started = s.ready(list(range(200)), 0)
     m = s.metrics()
     assert m["sched/sampled"] == 100
     assert m["sched/dropouts"] + len(started) == 100
     assert 10 < m["sched/dropouts"] < 40  # ~25 of 100
-    none = FedAvg(200, fraction=0.5, seed=2)
+    none = fedavg(200, seed=2, client_fraction=0.5)
     assert len(none.ready(list(range(200)), 0)) == 100
 
 
 def test_a_round_without_survivors_is_skipped_not_stalled():
-    s = FedAvg(1, fraction=1.0, seed=0, dropout=0.9)
+    s = fedavg(1, seed=0, client_fraction=1.0, client_dropout=0.9)
     assert s.ready([0], 0) == [0]  # eventually someone stays
     assert s.metrics()["sched/empty_rounds"] > 0
 
 
 def test_only_available_clients_are_sampled():
     availability = [1.0] * 10 + [1e-12] * 10
-    s = FedAvg(20, fraction=0.5, seed=0, availability=availability)
+    s = fedavg(20, seed=0, client_fraction=0.5, client_availability=availability)
     for version in range(5):
         picked = s.ready(list(range(20)), version)
         assert picked and max(picked) < 10
@@ -182,7 +197,7 @@ def test_only_available_clients_are_sampled():
 
 
 def test_a_gradient_update_is_refused_loudly():
-    s = FedAvg(2, fraction=1.0)
+    s = fedavg(2, client_fraction=1.0)
     s.ready([0, 1], 0)
     with pytest.raises(RuntimeError, match="delta"):
         s.admit(make_update(0, 0, [1.0]), 0)
@@ -192,7 +207,7 @@ def test_a_gradient_update_is_refused_loudly():
 
 
 def test_deadline_drops_late_deltas_and_counts_them():
-    s = FedAvg(3, fraction=1.0, deadline_s=1.0)
+    s = fedavg(3, client_fraction=1.0, round_deadline_s=1.0)
     s.ready([0, 1, 2], 0)
     assert s.admit(delta(0, [1.0], cost_s=0.5), 0) is Verdict.BUFFER
     assert s.admit(delta(1, [3.0], cost_s=0.9), 0) is Verdict.BUFFER
@@ -203,7 +218,7 @@ def test_deadline_drops_late_deltas_and_counts_them():
 
 
 def test_late_deltas_can_be_admitted_later_with_their_staleness():
-    s = FedAvg(3, fraction=1.0, deadline_s=1.0, late_policy="admit")
+    s = fedavg(3, client_fraction=1.0, round_deadline_s=1.0, late_policy="admit")
     s.ready([0, 1, 2], 0)
     s.admit(delta(0, [1.0], cost_s=0.5), 0)
     s.admit(delta(1, [1.0], cost_s=0.5), 0)

@@ -234,7 +234,8 @@ def test_user_schedulers_resume_bit_exactly(tiny_config, tmp_path, scheduler, ar
     cfg = tiny_config(
         scheduler=scheduler,
         scheduler_args=args,
-        local_steps=2,
+        # FedBuff's clients train locally; DC-ASGD's workers compute gradients (no local steps)
+        **({"local_steps": 2} if scheduler == FEDBUFF else {}),
         total_env_steps=2_400,
         checkpoint_every=5,
         keep_checkpoints=100,
@@ -245,7 +246,8 @@ def test_user_schedulers_resume_bit_exactly(tiny_config, tmp_path, scheduler, ar
     full = hybrid.train(cfg)
     assert len(list_checkpoints(full.run_dir)) >= 3
     crashed = crash_copy(full.run_dir, tmp_path / "crashed")
-    resumed = hybrid.train(resume=str(crashed))
+    # a scheduler file runs on resume only when named again (a run directory is data)
+    resumed = hybrid.train(resume=str(crashed), scheduler=scheduler)
     assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
     assert metric_rows(crashed) == metric_rows(full.run_dir)
 
@@ -264,7 +266,7 @@ def test_user_schedulers_run_on_parallel_runtimes(tiny_config, runtime, schedule
         scheduler=scheduler,
         scheduler_args=args,
         workers=2,
-        local_steps=2,
+        **({"local_steps": 2} if scheduler == FEDBUFF else {}),
         total_env_steps=1_000,
         stop_when_solved=False,
     )

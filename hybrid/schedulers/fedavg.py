@@ -21,71 +21,36 @@ the round time is that of the slowest surviving client.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from hybrid.clients import (
-    FEDERATED,
-    SAMPLING_STREAM,
-    clients_per_round,
-    make_profiles,
-    population,
-)
-from hybrid.protocol import Payload, Step, TrainLocally, Update
-from hybrid.schedulers.base import Scheduler, Verdict
-from hybrid.seeding import stream
-
-if TYPE_CHECKING:
-    from hybrid.schedulers import SchedulerSettings
+from hybrid import Payload, Scheduler, Step, TrainLocally, Update, Verdict
+from hybrid.clients import clients_per_round
+from hybrid.scheduler_settings import FedAvgSettings
 
 MAX_EMPTY_ROUNDS = 10_000
 """Rounds in a row in which nobody took part (all unavailable or dropped out) before the
 scheduler gives up: only a near-certain dropout or near-zero availability gets there."""
 
 
-@dataclass(frozen=True)
-class FedAvgSettings:
-    """fedavg's own settings: the sampled fraction C and the round deadline."""
-
-    client_fraction: float = 0.1
-    round_deadline_s: float = 0.0
-    late_policy: str = "drop"
-
-
 class FedAvg(Scheduler):
+    Settings = FedAvgSettings
     task_kind = TrainLocally
     staleness_unit = "rounds"
 
-    def __init__(
-        self,
-        clients: int,
-        fraction: float,
-        seed: int = 0,
-        *,
-        dropout: float | Sequence[float] = 0.0,
-        availability: float | Sequence[float] = 1.0,
-        deadline_s: float = 0.0,
-        late_policy: str = "drop",
-    ) -> None:
-        super().__init__(clients)
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"client_fraction: {fraction} is outside (0, 1]")
-        if late_policy not in ("drop", "admit"):
-            raise ValueError(f"late_policy: unknown {late_policy!r}; choose drop or admit")
-        if deadline_s < 0:
-            raise ValueError(f"round_deadline_s: {deadline_s} must be >= 0")
-        self.dropout = _per_client("client_dropout", dropout, clients)
-        self.availability = _per_client("client_availability", availability, clients)
-        if not ((self.dropout >= 0) & (self.dropout < 1)).all():
-            raise ValueError("client_dropout: every probability must be in [0, 1)")
-        if not ((self.availability > 0) & (self.availability <= 1)).all():
-            raise ValueError("client_availability: every probability must be in (0, 1]")
-        self.per_round = clients_per_round(fraction, clients)
-        self.deadline_s = deadline_s
-        self.late_policy = late_policy
-        self.rng = np.random.default_rng(stream(seed, FEDERATED, SAMPLING_STREAM))
+    def __init__(self, workers: int, settings: FedAvgSettings | None = None) -> None:
+        """``workers``: the K clients (or the workers, without edge clients). The round's
+        draws come from ``self.rng``, the run's seeded scheduler stream (``bind``)."""
+        super().__init__(workers)
+        settings = settings or FedAvgSettings()
+        self.dropout = _per_client("client_dropout", settings.client_dropout, workers)
+        self.availability = _per_client(
+            "client_availability", settings.client_availability, workers
+        )
+        self.per_round = clients_per_round(settings.client_fraction, workers)
+        self.deadline_s = settings.round_deadline_s
+        self.late_policy = settings.late_policy
 
         self.round_open = False
         self.pending: set[int] = set()
@@ -98,21 +63,6 @@ class FedAvg(Scheduler):
             0,
         )
         self.late_staleness = 0
-
-    @classmethod
-    def from_settings(cls, settings: SchedulerSettings) -> FedAvg:
-        """The registry's builder: K clients, their profiles, ``FedAvgSettings``."""
-        own: FedAvgSettings = settings.args
-        profiles = make_profiles(settings.clients)
-        return cls(
-            population(settings.clients),
-            own.client_fraction,
-            settings.seed,
-            dropout=[p.dropout for p in profiles],
-            availability=[p.availability for p in profiles],
-            deadline_s=own.round_deadline_s,
-            late_policy=own.late_policy,
-        )
 
     # -- the protocol ------------------------------------------------------------------------
 
@@ -193,8 +143,8 @@ class FedAvg(Scheduler):
         return row
 
     def state_dict(self) -> dict[str, Any]:
+        # self.rng is not here: the loop saves it with every scheduler's
         return {
-            "rng": self.rng.bit_generator.state,
             "round_open": self.round_open,
             "pending": sorted(self.pending),
             "round_version": self.round_version,
@@ -204,7 +154,6 @@ class FedAvg(Scheduler):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
         self.round_open = bool(state["round_open"])
         self.pending = {int(w) for w in state["pending"]}
         self.round_version = int(state["round_version"])
