@@ -98,8 +98,8 @@ def compare_command(argv: Sequence[str]) -> int:
         warnings.simplefilter("always", AnalysisWarning)
         warnings.showwarning = _one_line_warning  # restored when the block ends
         try:
-            comparison = compare(run_dirs, group_by=args.group_by, metric=args.metric)
-            comparison.save(args.out)
+            # --out is checked before the runs are aggregated, then the report written there.
+            comparison = compare(run_dirs, args.out, group_by=args.group_by, metric=args.metric)
         except CompareError as exc:
             return fail("compare", str(exc))
     print(comparison.to_markdown())
