@@ -410,10 +410,14 @@ class Training:
             if (self.last_checkpoint)
             else ""
         )
+        what = (
+            "the parameters are not finite"
+            if not finite
+            else f"{st.nonfinite_streak} updates in a row were not finite"
+        )
         raise Diverged(
             f"diverged at {st.stats.env_steps:,} env steps (version {self.global_model.version}):"
-            f" the parameters are not finite or {st.nonfinite_streak} updates in a row were;"
-            f" lower --lr or clip with --max-grad-norm{where}"
+            f" {what}; lower --lr or clip with --max-grad-norm{where}"
         )
 
     def summary(self, train_wall_s: float) -> dict[str, Any]:

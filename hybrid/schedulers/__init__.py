@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import math
 import sys
 import types
 import typing
@@ -23,6 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from hybrid.clients import ClientSettings, population
 from hybrid.errors import ConfigError
@@ -32,6 +35,7 @@ from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
 from hybrid.schedulers.bounded import Bounded, BoundedSettings
 from hybrid.schedulers.fedavg import FedAvg, FedAvgSettings
+from hybrid.schedulers.guard import Guarded, construct
 from hybrid.schedulers.synchronous import Sync
 
 
@@ -62,10 +66,11 @@ class SchedulerEntry:
 
 def _user_entry(cls: type[Scheduler]) -> SchedulerEntry:
     def build(settings: SchedulerSettings) -> Scheduler:
+        # guarded: a fault of yours is one line naming the method, not a traceback
         if cls.Settings is None:
-            return cls(population(settings.clients))  # type: ignore[call-arg]
+            return construct(settings.name, cls, population(settings.clients))
         own = make_settings(cls, settings.args or {})
-        return cls(population(settings.clients), own)  # type: ignore[call-arg]
+        return construct(settings.name, cls, population(settings.clients), own)
 
     return SchedulerEntry(build, cls)
 
@@ -230,6 +235,7 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     for kind in typing.get_args(annotation) if union else (annotation,):
         converted = _as(kind, value)
         if converted is not _NO:
+            _check_magnitude(key, converted)
             return converted
     kinds = typing.get_args(annotation) if union else (annotation,)
     names = " or ".join(
@@ -239,6 +245,25 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
 
 
 _NO = object()
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+INT_MAX = 2**62
+
+
+def _check_magnitude(key: str, value: Any) -> None:
+    """A number a run can compute with: finite and within float32 (every setting ends up
+    in float32 tensors; ``nan`` would silently diverge the run), an integer within 2**62."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"scheduler_args: {key}={value!r} is not a finite number")
+    if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+        raise ConfigError(
+            f"scheduler_args: {key}={value!r} is beyond the float32 range (±{FLOAT32_MAX:.4g}) "
+            "the parameters are computed in"
+        )
+    if isinstance(value, int) and abs(value) > INT_MAX:
+        raise ConfigError(f"scheduler_args: {key}={value} is beyond ±2**62")
 
 
 def _as(kind: Any, value: Any) -> Any:
@@ -271,6 +296,7 @@ __all__ = [
     "BoundedSettings",
     "FedAvg",
     "FedAvgSettings",
+    "Guarded",
     "ModelView",
     "Scheduler",
     "SchedulerEntry",
