@@ -813,7 +813,7 @@ def test_bad_probabilities_are_refused_by_fedavg_itself(kwargs, field):
 
 @pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, float("nan")])
 def test_a_bad_fraction_is_refused_by_fedavg_itself(fraction):
-    with pytest.raises(ValueError, match="^client_fraction: "):
+    with pytest.raises(ValueError, match=r"^client_fraction: "):
         FedAvg(3, fraction=fraction)
 
 
