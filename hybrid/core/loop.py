@@ -502,7 +502,7 @@ class Training:
         state = from_plain(state)
         try:
             self._restore(state)
-        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
             # a checkpoint that does not fit the components (an edited config.json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
