@@ -18,6 +18,10 @@ tests noticed), mutants no test reaches count as survivors.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
+import io
+import json
 import os
 import re
 import shutil
@@ -26,6 +30,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,15 +40,16 @@ MODULE_TESTS: dict[str, list[str]] = {
     "hybrid/schedulers/asynchronous.py": ["tests/test_schedulers.py"],
     "hybrid/schedulers/actor_learner.py": ["tests/test_schedulers.py"],
     "hybrid/schedulers/aggregate.py": ["tests/test_schedulers.py"],
-    "hybrid/schedulers/base.py": ["tests/test_schedulers.py", "tests/test_user_schedulers.py"],
-    "hybrid/schedulers/guard.py": ["tests/test_user_schedulers.py"],
+    "hybrid/schedulers/base.py": ["tests/test_schedulers.py"],
     "hybrid/schedulers/fedavg.py": ["tests/test_federated.py"],
     "hybrid/stats.py": ["tests/test_stats.py", "tests/test_analysis.py"],
     "hybrid/fedopt.py": ["tests/test_fedopt.py"],
     "hybrid/algorithms/vtrace.py": ["tests/test_vtrace.py"],
 }
 """Each module and the test files that are its own. A file that does not exist (yet) is
-left out; a module with none is skipped and said so."""
+left out; a module with none is skipped and said so. Of each file only the unit tests run
+(``unit_tests``): a test that trains (``train(``, a subprocess, the ``tiny_config``
+fixture, the ``slow`` mark) would run once per mutant, for hours."""
 
 COPIED = ["hybrid", "tests", "examples", "federated", "multiagent", "pyproject.toml"]
 """What the throw-away copy holds: the package, its plug-ins and the tests' fixtures."""
@@ -52,11 +58,52 @@ COPIED = ["hybrid", "tests", "examples", "federated", "multiagent", "pyproject.t
 KILLED, SURVIVED, NO_TESTS, TIMEOUT = "killed", "survived", "no tests", "timeout"
 
 
+TRAINS = ("train(", "subprocess", "Popen")
+"""Words in a test's source that mean it runs a whole training run (or the CLI)."""
+
+
+class _UnitTests:
+    """A pytest plugin that lists the collected tests that train nothing."""
+
+    def __init__(self) -> None:
+        self.node_ids: list[str] = []
+
+    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+        for item in items:
+            function = getattr(item, "function", None)
+            source = inspect.getsource(function) if function is not None else ""
+            trains = any(word in source for word in TRAINS)
+            trains |= "tiny_config" in getattr(item, "fixturenames", ())
+            if not trains and item.get_closest_marker("slow") is None:
+                self.node_ids.append(item.nodeid)
+
+
+def unit_tests(test_files: list[str]) -> list[str]:
+    """The node ids of the unit tests in ``test_files`` (collected, not run)."""
+    listing = subprocess.run(
+        [sys.executable, __file__, "--collect", *test_files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(listing.strip().splitlines()[-1])
+
+
+def _collect(test_files: list[str]) -> None:
+    import pytest
+
+    plugin = _UnitTests()
+    with contextlib.redirect_stdout(io.StringIO()):
+        pytest.main(["--collect-only", "-q", "-p", "no:randomly", *test_files], plugins=[plugin])
+    print(json.dumps(plugin.node_ids))
+
+
 def mutmut_config(module: str, tests: list[str]) -> str:
     """The ``[tool.mutmut]`` table for one module against its own tests."""
 
     def toml_list(items: list[str]) -> str:
-        return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+        return "[" + ", ".join(json.dumps(item) for item in items) + "]"  # JSON strings are TOML
 
     return (
         "\n[tool.mutmut]\n"
@@ -88,7 +135,10 @@ def run_module(module: str, tests: list[str], workdir: Path, children: int) -> C
         elif source.is_file():
             shutil.copy2(source, copy / name)
     pyproject = copy / "pyproject.toml"
-    pyproject.write_text(without_mutmut_table(pyproject.read_text()) + mutmut_config(module, tests))
+    selected = unit_tests(tests)
+    pyproject.write_text(
+        without_mutmut_table(pyproject.read_text()) + mutmut_config(module, selected)
+    )
     mutmut = [sys.executable, "-m", "mutmut"]
     env = os.environ | {"WANDB_MODE": "offline", "PYTHONHASHSEED": "0"}
     subprocess.run(
@@ -128,6 +178,10 @@ def score(outcomes: Counter[str]) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--collect"]:  # run in a child: pytest's collection imports the tests
+        _collect(argv[1:])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="modules to mutate (default: the table)")
     parser.add_argument("--children", type=int, default=1, help="mutants run at once")
