@@ -38,9 +38,11 @@ FILES_PER_KIND = {  # the outcome line that stands for one generated file of eac
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=250, help="files per kind")
+    parser.add_argument("--log", type=Path, help="keep each file's outcome here (JSONL)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hybrid-hostile-bench-") as scratch:
-        log = Path(scratch) / "outcomes.jsonl"
+        log = args.log or Path(scratch) / "outcomes.jsonl"
+        log.unlink(missing_ok=True)
         env = os.environ | {
             "HYBRID_HOSTILE_EXAMPLES": str(args.examples),
             "HYBRID_HOSTILE_SURVEY": "1",
