@@ -18,7 +18,7 @@ import torch
 from conftest import crash_copy, make_update, metric_rows
 
 import hybrid
-from hybrid import ConfigError, Scheduler, TrainConfig
+from hybrid import ConfigError, Scheduler, Step, TrainConfig
 from hybrid.checkpoint import list_checkpoints
 from hybrid.schedulers import SCHEDULERS, make_settings, resolve_scheduler
 
@@ -505,3 +505,90 @@ def test_the_cli_exits_2_for_a_bad_definition_and_1_for_a_run_time_fault(tmp_pat
     assert "combine() returned a Step whose direction has shape (1, " in at_run.stderr
     assert list_checkpoints(tmp_path / "b")  # versions 2 and 4 were written before the fault
     assert metric_rows(tmp_path / "b")
+
+
+class Scripted(Scheduler):
+    """Returns whatever the test puts in ``answers``: the guard's unit under test."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.answers: dict[str, object] = {}
+
+    def ready(self, idle, version):
+        return self.answers.get("ready", list(idle))
+
+    def full(self):
+        return self.answers.get("full", bool(self.buffer))
+
+    def combine(self):
+        return self.answers["combine"] if "combine" in self.answers else super().combine()
+
+    def metrics(self):
+        return self.answers.get("metrics", {})
+
+    def state_dict(self):
+        return self.answers.get("state_dict", {})
+
+
+@pytest.fixture
+def guarded():
+    from hybrid.schedulers.guard import Guarded
+
+    inner = Scripted(3)
+    scheduler = Guarded(inner, "scripted.py:Scripted")
+    _bound(scheduler, torch.zeros(4))
+    return scheduler, inner.answers
+
+
+@pytest.mark.parametrize(
+    ("method", "answer", "says"),
+    [
+        ("ready", [0, 0], "worker 0 is listed twice"),
+        ("ready", [True], "True is no id"),
+        ("ready", "0", "expected a list of idle worker ids"),
+        ("full", None, "full() returned None; expected True or False"),
+        ("full", torch.ones(2), "which is not True or False"),
+        ("combine", Step(torch.zeros(4), lr_scale=float("nan")), "lr_scale nan"),
+        ("combine", Step(torch.zeros(4), updates=[1]), "updates are [1]"),
+        ("combine", Step(torch.zeros(4, dtype=torch.int64)), "expected a float tensor"),
+        ("metrics", {1: 2.0}, "expected names (str)"),
+        ("metrics", [1.0], "expected a dict of numbers"),
+        ("state_dict", {"deep": [{"x": {1, 2}}]}, "state_dict()['deep'][0]['x'] = {1, 2}"),
+        ("state_dict", {(1, 2): 3}, "a key (1, 2) in state_dict()"),
+    ],
+)
+def test_the_guard_names_what_a_method_returned(guarded, method, answer, says):
+    from hybrid.errors import SchedulerFault
+
+    scheduler, answers = guarded
+    answers[method] = answer
+    with pytest.raises(SchedulerFault) as err:
+        {
+            "ready": lambda: scheduler.ready([0, 1, 2], 0),
+            "full": scheduler.full,
+            "combine": scheduler.combine,
+            "metrics": scheduler.metrics,
+            "state_dict": scheduler.state_dict,
+        }[method]()
+    message = str(err.value)
+    assert message.startswith(f"scheduler scripted.py:Scripted: {method}() ") and says in message
+    assert "\n" not in message
+
+
+def test_the_guard_passes_good_answers_through_unchanged(guarded):
+    import numpy as np
+
+    scheduler, answers = guarded
+    assert scheduler.ready([2, 0], 0) == [2, 0]
+    answers["ready"] = np.array([2])
+    assert scheduler.ready([0, 2], 0) == [2]  # numpy ids become ints
+    answers["metrics"] = {"sched/x": np.float32(0.5), "sched/y": torch.tensor(3), "sched/z": None}
+    assert scheduler.metrics() == {"sched/x": 0.5, "sched/y": 3, "sched/z": None}
+    state = {"counts": np.arange(3), "rng": np.random.default_rng(0), "t": torch.ones(2)}
+    answers["state_dict"] = state
+    assert scheduler.state_dict() is state
+    scheduler.admit(make_update(1, 0, [1.0, 2.0, 3.0, 4.0]), 0)
+    assert scheduler.full() and len(scheduler.buffer) == 1
+    step = scheduler.combine()
+    assert torch.equal(step.direction, torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert scheduler.task_kind is Scripted.task_kind and scheduler.answers is answers

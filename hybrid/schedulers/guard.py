@@ -209,8 +209,10 @@ class Guarded(Scheduler):
             raise self.fault("metrics()", f"returned {shown(values)}; expected a dict of numbers")
         plain: dict[str, float] = {}
         for key, value in values.items():
-            if isinstance(value, np.generic | torch.Tensor) and np.size(value) == 1:
-                value = value.item()  # a numpy or 0-d torch scalar: its number
+            if isinstance(value, np.generic) or (
+                isinstance(value, torch.Tensor) and value.numel() == 1
+            ):
+                value = value.item()  # a numpy or one-element torch scalar: its number
             if not isinstance(key, str) or not isinstance(value, int | float | None):
                 raise self.fault(
                     "metrics()",
