@@ -851,8 +851,62 @@ def test_a_checkpoint_taken_mid_round_resumes_to_the_same_result():
     resumed = FedAvg(6, late_policy="admit", **settings)
     resumed.load_state_dict(saved)
     resumed.buffer = buffer
+    assert resumed.round_open and not resumed.full()  # still waiting for its clients
     steps, metrics = finish(resumed, started)
     assert metrics == expected_metrics and metrics["sched/late_admitted"] == 1
     for got, want in zip(steps, expected_steps, strict=True):
         assert [u.worker_id for u in got.updates] == [u.worker_id for u in want.updates]
         assert torch.equal(got.direction, want.direction)
+
+
+def test_from_settings_keeps_the_seed_and_the_deadline():
+    from hybrid.assembly import scheduler_settings
+    from hybrid.schedulers import make_scheduler
+
+    def built(**changes):
+        cfg = TrainConfig(scheduler="fedavg", clients=100, client_fraction=0.1, **changes)
+        return make_scheduler(scheduler_settings(cfg))
+
+    def first_round(scheduler):
+        return scheduler.ready(list(range(100)), 0)
+
+    assert first_round(built(seed=7)) == first_round(FedAvg(100, fraction=0.1, seed=7))
+    assert first_round(built(seed=7)) != first_round(built(seed=8))
+    s = built(round_deadline_s=1.0)
+    started = first_round(s)
+    assert s.admit(delta(started[0], [1.0], cost_s=2.0), 0) is Verdict.DROP  # late
+
+
+def test_without_a_deadline_no_delta_is_late():
+    s = FedAvg(2, fraction=1.0)
+    s.ready([0, 1], 0)
+    assert s.admit(delta(0, [1.0], cost_s=1e6), 0) is Verdict.BUFFER
+    assert s.admit(delta(1, [3.0], cost_s=5.0), 0) is Verdict.BUFFER
+    step = s.combine()
+    torch.testing.assert_close(step.direction, torch.tensor([2.0]))
+    assert step.clip is False  # a model difference is never clipped as a gradient
+    assert s.metrics()["sched/late_dropped"] == 0
+
+
+def test_late_deltas_count_their_staleness_from_the_round_they_missed():
+    """Two late Δs admitted rounds later: the counters add up, and each Δ's staleness is the
+    admitting round's version minus its own base version."""
+    s = FedAvg(2, fraction=1.0, deadline_s=1.0, late_policy="admit")
+    base = 3  # the first round starts at version 3
+    s.ready([0, 1], base)
+    s.admit(delta(0, [1.0], base_version=base, cost_s=0.5), 0)
+    s.admit(delta(1, [9.0], base_version=base, cost_s=2.5), 0)  # late: arrives at t = 2.5
+    s.combine()
+    s.ready([0], base + 1)  # client 1 is still busy
+    s.admit(delta(0, [1.0], base_version=base + 1, started_s=1.0, cost_s=0.5), 0)
+    s.combine()  # closes at 1.5: the late Δ has not arrived yet
+    s.ready([0, 1], base + 2)
+    s.admit(delta(0, [1.0], base_version=base + 2, started_s=2.0, cost_s=0.9), 0)
+    s.admit(delta(1, [9.0], base_version=base + 2, started_s=2.0, cost_s=3.0), 0)  # late again
+    s.combine()  # closes at 2.9: the first late Δ (2.5) is admitted, two versions stale
+    s.ready([0], base + 3)
+    s.admit(delta(0, [1.0], base_version=base + 3, started_s=5.0, cost_s=0.5), 0)
+    s.combine()  # closes at 5.5: the second late Δ (5.0) is admitted, one version stale
+    m = s.metrics()
+    assert m["sched/late_admitted"] == 2
+    assert m["sched/late_staleness_mean"] == (2 + 1) / 2
