@@ -13,7 +13,7 @@ TORCH ?= $(if $(HAS_GPU),torch==2.13.0,torch==2.13.0+cpu)
 TORCH_INDEX ?=
 EXTRAS ?= dev
 
-.PHONY: setup demo test wheel-smoke docs lint bench peers clean
+.PHONY: setup demo test wheel-smoke docs lint bench peers clean mutation
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,13 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# Mutation testing (mutmut) of the schedulers, stats, FedOpt and V-trace, each module against
+# its own unit tests; prints each module's score. Slow (tens of minutes): not part of `make
+# test`. `make mutation MODULES=hybrid/fedopt.py` for some of them (.ci/mutation.py).
+MODULES ?=
+mutation: setup
+	WANDB_MODE=offline $(BIN)/python .ci/mutation.py --list-survivors $(MODULES)
 
 # The built wheel in a fresh venv outside the repo: --version, a short train, a notebook.
 wheel-smoke: setup

@@ -231,7 +231,7 @@ def load(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: refused: loading it would run code, not just read data ({first[:160]})"
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, IndexError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path}: corrupt or truncated ({first[:160]})") from None
     if not isinstance(state, dict) or "format" not in state:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hybrid.config import ConfigError, TrainConfig
+from hybrid.errors import SchedulerFault
 from hybrid.flags import OneLineParser, fail, given_fields, parse_train_args
 
 __all__ = ["fail", "main", "parse_train_args"]
@@ -45,7 +46,7 @@ def train_command(argv: Sequence[str]) -> int:
     except KeyboardInterrupt as exc:  # StartupInterrupted (a runtime starting) has a code
         print(f"hybrid train: {exc or 'interrupted'}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 130))
-    except Diverged as exc:
+    except (Diverged, SchedulerFault) as exc:  # a run-time failure, not a bad setting
         print(f"hybrid train: {exc}", file=sys.stderr)
         return 1
     s = result.summary

@@ -19,6 +19,8 @@ from typing import Any
 from hybrid.errors import ConfigError  # re-exported: the name users import from here
 from hybrid.scheduler_settings import (
     BUILT_IN_SETTINGS,
+    FLOAT32_MAX,
+    INT_MAX,
     coerce_setting,
     field_defaults,
     fold_scheduler_args,
@@ -442,6 +444,13 @@ class TrainConfig:
         _in_range("straggler_fraction", self.straggler_fraction, 0.0, 1.0)
         for name in ("lr", "step_cost_s", "bandwidth_mbps", "adam_eps", "straggler_slowdown"):
             _positive(name, getattr(self, name))
+        if self.adam_eps < FLOAT32_TINY:
+            # Adam and RMSProp divide by sqrt(v) + eps in float32: below its smallest normal
+            # number eps rounds to 0 (or loses its precision) and a zero gradient gives 0/0
+            raise ConfigError(
+                f"adam_eps: {self.adam_eps!r} is below float32's smallest normal number "
+                f"({FLOAT32_TINY:.4g}), where it rounds to 0; use a value >= {FLOAT32_TINY:.4g}"
+            )
         for name in (
             "ent_coef",
             "vf_coef",
@@ -1036,8 +1045,8 @@ def _typed(name: str, value: object, annotation: str) -> Any:
     raise ConfigError(f"{name}: expected {expected}, got {value!r}")
 
 
-FLOAT32_MAX = 3.4028234663852886e38
-INT_MAX = 2**62
+FLOAT32_TINY = 1.1754943508222875e-38
+"""float32's smallest normal number (numpy.finfo(numpy.float32).tiny)."""
 MIN_MBPS = 1e-3
 
 # workers per runtime: the serial runtime simulates many on one clock (each still holds its

@@ -13,6 +13,7 @@ field (a flag, a sweep key, a config.json entry), owned by its scheduler in
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -113,6 +114,7 @@ def coerce_setting(key: str, value: Any, annotation: Any) -> Any:
     for kind in typing.get_args(annotation) if union else (annotation,):
         converted = _as(kind, value)
         if converted is not _NO:
+            _check_magnitude(key, converted)
             return converted
     kinds = typing.get_args(annotation) if union else (annotation,)
     names = " or ".join(
@@ -122,6 +124,25 @@ def coerce_setting(key: str, value: Any, annotation: Any) -> Any:
 
 
 _NO = object()
+
+FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
+INT_MAX = 2**62
+
+
+def _check_magnitude(key: str, value: Any) -> None:
+    """A number a run can compute with: finite and within float32 (every setting ends up
+    in float32 tensors; ``nan`` would silently diverge the run), an integer within 2**62."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"scheduler_args: {key}={value!r} is not a finite number")
+    if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+        raise ConfigError(
+            f"scheduler_args: {key}={value!r} is beyond the float32 range (±{FLOAT32_MAX:.4g}) "
+            "the parameters are computed in"
+        )
+    if isinstance(value, int) and abs(value) > INT_MAX:
+        raise ConfigError(f"scheduler_args: {key}={value} is beyond ±2**62")
 
 
 def _as(kind: Any, value: Any) -> Any:

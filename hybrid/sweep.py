@@ -344,6 +344,8 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
         raise SweepError(f"{path}: no such file") from None
     except OSError as exc:
         raise SweepError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding: YAML is UTF-8 here
+        raise SweepError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     if len(text) > MAX_YAML_CHARS:
         raise SweepError(
             f"{path}: {len(text):,} characters, more than a sweep file's {MAX_YAML_CHARS:,}"

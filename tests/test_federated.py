@@ -750,3 +750,178 @@ def test_fedavg_on_ray_matches_serial(tmp_path):
     assert on_ray.summary["updates"] == serial.summary["updates"] == 3
     # Same seeds, same Δs; only the arrival order (so the summation order) may differ.
     torch.testing.assert_close(on_ray.params, serial.params, rtol=0, atol=1e-6)
+
+
+# --- counters, settings and checkpoints over several rounds ---------------------------------------
+
+
+def test_from_settings_keeps_the_clients_availability_and_dropout():
+    """A config's client_availability and client_dropout reach the scheduler the registry
+    builds: with C = 1 a round samples only the available clients, and some drop out."""
+    from hybrid.assembly import scheduler_settings
+    from hybrid.schedulers import make_scheduler
+
+    def first_round(**changes):
+        cfg = TrainConfig(scheduler="fedavg", clients=200, client_fraction=1.0, **changes)
+        s = make_scheduler(scheduler_settings(cfg))
+        started = s.ready(list(range(200)), 0)
+        return len(started), s.metrics()
+
+    assert first_round() == (200, first_round()[1])  # everyone, the baseline
+    started, m = first_round(client_availability=0.3)
+    assert m["sched/sampled"] == started and 30 < started < 100  # ~60 of 200
+    started, m = first_round(client_dropout=0.5)
+    assert m["sched/sampled"] == 200 and 60 < m["sched/dropouts"] < 140
+    assert started == 200 - m["sched/dropouts"]
+
+
+def test_round_counters_accumulate_over_rounds():
+    """Every counter is a running total: after several rounds it is the sum of what each
+    round added, not the last round's."""
+    s = FedAvg(10, fraction=0.5, seed=0, deadline_s=1.0)
+    for version in range(4):
+        started = s.ready(list(range(10)), version)
+        assert len(started) == 5
+        for w in started:  # the first sampled client of each round misses the deadline
+            s.admit(
+                delta(w, [1.0], base_version=version, cost_s=2.0 if w == started[0] else 0.5), 0
+            )
+        s.combine()
+    m = s.metrics()
+    assert (m["sched/rounds"], m["sched/sampled"], m["sched/late_dropped"]) == (4, 20, 4)
+    assert m["sched/dropouts"] == 0 and m["sched/empty_rounds"] == 0
+
+    # one client that drops out 90% of the time: every draw samples it once, every empty
+    # round is one dropout, and the draws are the rounds plus the empty rounds
+    lonely = FedAvg(1, fraction=1.0, seed=3, dropout=0.9)
+    for version in range(3):
+        assert lonely.ready([0], version) == [0]
+        lonely.admit(delta(0, [1.0], base_version=version), 0)
+        lonely.combine()
+    m = lonely.metrics()
+    assert m["sched/rounds"] == 3 and m["sched/empty_rounds"] > 3
+    assert m["sched/dropouts"] == m["sched/empty_rounds"]
+    assert m["sched/sampled"] == m["sched/rounds"] + m["sched/empty_rounds"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"dropout": 1.0}, "client_dropout"),
+        ({"dropout": -0.1}, "client_dropout"),
+        ({"dropout": float("nan")}, "client_dropout"),
+        ({"dropout": [0.1, 0.2, 1.0]}, "client_dropout"),
+        ({"dropout": [0.1, 0.2]}, "client_dropout"),
+        ({"availability": 0.0}, "client_availability"),
+        ({"availability": 1.5}, "client_availability"),
+        ({"availability": float("nan")}, "client_availability"),
+        ({"availability": [1.0, 0.5, -0.5]}, "client_availability"),
+        ({"availability": [1.0] * 4}, "client_availability"),
+        ({"deadline_s": -1.0}, "round_deadline_s"),
+        ({"late_policy": "maybe"}, "late_policy"),
+    ],
+)
+def test_bad_probabilities_are_refused_by_fedavg_itself(kwargs, field):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        FedAvg(3, fraction=1.0, **kwargs)
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, float("nan")])
+def test_a_bad_fraction_is_refused_by_fedavg_itself(fraction):
+    with pytest.raises(ValueError, match=r"^client_fraction: "):
+        FedAvg(3, fraction=fraction)
+
+
+def test_a_checkpoint_taken_mid_round_resumes_to_the_same_result():
+    """state_dict and the buffer (what the loop checkpoints), taken while a round waits for
+    a client and a late Δ is held, then restored into a fresh scheduler: the round closes
+    with the same step, and the next rounds draw the same clients with the same counters."""
+
+    def play_first_round(s):
+        s.ready(list(range(6)), 0)  # C = 1: all six, of which some drop out
+        started = sorted(s.pending)
+        s.admit(delta(started[0], [1.0], cost_s=3.0), 0)  # late: held for a later round
+        s.admit(delta(started[1], [2.0], cost_s=0.5), 0)
+        return started
+
+    def finish(s, started):
+        for w in started[2:]:
+            s.admit(delta(w, [float(w)], cost_s=0.7), 0)
+        steps = [s.combine()]
+        for version in (1, 2):
+            picked = s.ready(list(range(6)), version)
+            for w in picked:
+                s.admit(delta(w, [0.5], base_version=version, started_s=2.0 * version), 0)
+            steps.append(s.combine())
+        return steps, s.metrics()
+
+    settings = {"fraction": 1.0, "seed": 4, "dropout": 0.2, "deadline_s": 1.0}
+    uninterrupted = FedAvg(6, late_policy="admit", **settings)
+    started = play_first_round(uninterrupted)
+    assert len(started) >= 3 and uninterrupted.round_open
+    saved = json.loads(json.dumps(uninterrupted.state_dict()))
+    buffer = list(uninterrupted.buffer)
+    expected_steps, expected_metrics = finish(uninterrupted, started)
+
+    resumed = FedAvg(6, late_policy="admit", **settings)
+    resumed.load_state_dict(saved)
+    resumed.buffer = buffer
+    assert resumed.round_open and not resumed.full()  # still waiting for its clients
+    steps, metrics = finish(resumed, started)
+    assert metrics == expected_metrics and metrics["sched/late_admitted"] == 1
+    for got, want in zip(steps, expected_steps, strict=True):
+        assert [u.worker_id for u in got.updates] == [u.worker_id for u in want.updates]
+        assert torch.equal(got.direction, want.direction)
+
+
+def test_from_settings_keeps_the_seed_and_the_deadline():
+    from hybrid.assembly import scheduler_settings
+    from hybrid.schedulers import make_scheduler
+
+    def built(**changes):
+        cfg = TrainConfig(scheduler="fedavg", clients=100, client_fraction=0.1, **changes)
+        return make_scheduler(scheduler_settings(cfg))
+
+    def first_round(scheduler):
+        return scheduler.ready(list(range(100)), 0)
+
+    assert first_round(built(seed=7)) == first_round(FedAvg(100, fraction=0.1, seed=7))
+    assert first_round(built(seed=7)) != first_round(built(seed=8))
+    s = built(round_deadline_s=1.0)
+    started = first_round(s)
+    assert s.admit(delta(started[0], [1.0], cost_s=2.0), 0) is Verdict.DROP  # late
+
+
+def test_without_a_deadline_no_delta_is_late():
+    s = FedAvg(2, fraction=1.0)
+    s.ready([0, 1], 0)
+    assert s.admit(delta(0, [1.0], cost_s=1e6), 0) is Verdict.BUFFER
+    assert s.admit(delta(1, [3.0], cost_s=5.0), 0) is Verdict.BUFFER
+    step = s.combine()
+    torch.testing.assert_close(step.direction, torch.tensor([2.0]))
+    assert step.clip is False  # a model difference is never clipped as a gradient
+    assert s.metrics()["sched/late_dropped"] == 0
+
+
+def test_late_deltas_count_their_staleness_from_the_round_they_missed():
+    """Two late Δs admitted rounds later: the counters add up, and each Δ's staleness is the
+    admitting round's version minus its own base version."""
+    s = FedAvg(2, fraction=1.0, deadline_s=1.0, late_policy="admit")
+    base = 3  # the first round starts at version 3
+    s.ready([0, 1], base)
+    s.admit(delta(0, [1.0], base_version=base, cost_s=0.5), 0)
+    s.admit(delta(1, [9.0], base_version=base, cost_s=2.5), 0)  # late: arrives at t = 2.5
+    s.combine()
+    s.ready([0], base + 1)  # client 1 is still busy
+    s.admit(delta(0, [1.0], base_version=base + 1, started_s=1.0, cost_s=0.5), 0)
+    s.combine()  # closes at 1.5: the late Δ has not arrived yet
+    s.ready([0, 1], base + 2)
+    s.admit(delta(0, [1.0], base_version=base + 2, started_s=2.0, cost_s=0.9), 0)
+    s.admit(delta(1, [9.0], base_version=base + 2, started_s=2.0, cost_s=3.0), 0)  # late again
+    s.combine()  # closes at 2.9: the first late Δ (2.5) is admitted, two versions stale
+    s.ready([0], base + 3)
+    s.admit(delta(0, [1.0], base_version=base + 3, started_s=5.0, cost_s=0.5), 0)
+    s.combine()  # closes at 5.5: the second late Δ (5.0) is admitted, one version stale
+    m = s.metrics()
+    assert m["sched/late_admitted"] == 2
+    assert m["sched/late_staleness_mean"] == (2 + 1) / 2

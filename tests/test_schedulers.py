@@ -159,3 +159,36 @@ def test_bounded_counts_a_rejected_task_on_the_clock():
     s.reject(make_update(0, 0, [1.0]))
     assert s.clocks == [1, 0]
     assert not s.full()
+
+
+def test_bounded_counts_a_rejected_later_task_on_top_of_the_earlier_ones():
+    """A rejected task is a finished clock like any other: worker 0's second task, rejected,
+    takes its clock from 1 to 2 (not back to 1), and SSP with s = 1 then holds worker 0
+    until worker 1 has finished a task."""
+    s = Bounded(2, bound=1)
+    assert s.ready([0, 1], 0) == [0, 1]
+    s.admit(make_update(0, 0, [1.0]), 0)
+    s.combine()
+    assert s.reject(make_update(0, 1, [float("nan")])) is Verdict.DROP
+    assert s.clocks == [2, 0]
+    assert s.ready([0], 1) == []  # two clocks ahead of the slowest: s = 1 gates it
+    s.admit(make_update(1, 0, [1.0]), 1)
+    assert s.ready([0, 1], 2) == [0, 1]
+
+
+def test_bounded_is_full_exactly_when_an_update_is_buffered():
+    s = Bounded(2, bound=3)
+    assert not s.full()
+    assert s.combine() is None  # nothing buffered: no step, and no error
+    s.admit(make_update(1, 0, [2.0]), 0)
+    assert s.full()
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert not s.full()
+
+
+def test_bounded_staleness_aware_scale_of_a_fresh_update_is_one():
+    s = Bounded(2, bound=3, staleness_aware=True)
+    s.admit(make_update(0, 0, [1.0]), 0)
+    assert s.combine().lr_scale == 1.0  # 1 / max(1, 0): a fresh update is not scaled up
+    s.admit(make_update(1, 0, [1.0]), 4)
+    assert s.combine().lr_scale == 0.25

@@ -402,10 +402,14 @@ class Training:
             if (self.last_checkpoint)
             else ""
         )
+        what = (
+            "the parameters are not finite"
+            if not finite
+            else f"{st.nonfinite_streak} updates in a row were not finite"
+        )
         raise Diverged(
             f"diverged at {st.stats.env_steps:,} env steps (version {self.global_model.version}):"
-            f" the parameters are not finite or {st.nonfinite_streak} updates in a row were;"
-            f" lower --lr or clip with --max-grad-norm{where}"
+            f" {what}; lower --lr or clip with --max-grad-norm{where}"
         )
 
     def summary(self, train_wall_s: float) -> dict[str, Any]:
@@ -498,7 +502,7 @@ class Training:
             raise ConfigError(f"resume: {exc}") from None
         try:
             self._restore(state)
-        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
             # a checkpoint that does not fit the components (an edited config.json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
