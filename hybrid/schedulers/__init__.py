@@ -85,16 +85,15 @@ def _user_entry(cls: type[Scheduler], guarded: bool = True) -> SchedulerEntry:
     yours is one line naming the method, not a traceback; the built-ins are trusted."""
 
     def build(settings: SchedulerSettings) -> Scheduler:
-        def make(cls: type[Scheduler], *args: Any) -> Scheduler:
+        def make(*args: Any) -> Scheduler:
             return construct(settings.name, cls, *args) if guarded else cls(*args)
 
         if cls.Settings is None:
-        if cls.Settings is None:
-            return make(cls, population(settings.clients))  # type: ignore[call-arg]
+            return make(population(settings.clients))
         own = settings.args
         if not isinstance(own, cls.Settings):
             own = make_settings(cls, own or {})
-        return make(cls, population(settings.clients), own)  # type: ignore[call-arg]
+        return make(population(settings.clients), own)
 
     return SchedulerEntry(build, cls)
 
