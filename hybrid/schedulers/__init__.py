@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
-import math
 import sys
 import types
 import typing
@@ -31,8 +30,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from hybrid.clients import ClientSettings, population
 from hybrid.errors import ConfigError
