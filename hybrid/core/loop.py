@@ -60,8 +60,10 @@ from hybrid.envs import EnvInfo, describe
 from hybrid.evaluation import Evaluator
 from hybrid.nets import FlatParams
 from hybrid.protocol import CollectExperience, Payload, Task, TrainLocally, Update
+from hybrid.replicas import ReplicaApplier
 from hybrid.runtimes import Runtime, make_runtime
 from hybrid.schedulers import (
+    ReplicaScheduler,
     Scheduler,
     Verdict,
     make_scheduler,
@@ -269,8 +271,15 @@ class Training:
         self.learner = learner
         self.runtime = runtime
         # Who writes θ is the runtime's choice (Hogwild!: its workers); a runtime that does
-        # not say leaves it to the loop's server optimizer.
-        self.applier: Applier = getattr(runtime, "applier", SERVER_APPLIES)
+        # not say leaves it to the loop's server optimizer. A decentralized scheduler's
+        # workers each step a replica of their own.
+        self.applier: Applier = (
+            ReplicaApplier(global_model, scheduler.workers)
+            if isinstance(scheduler, ReplicaScheduler)
+            else getattr(runtime, "applier", SERVER_APPLIES)
+        )
+        if isinstance(scheduler, ReplicaScheduler) and cfg.progress:
+            print(scheduler.describe())  # the graph's spectral gap, before any row
         self.evaluator = evaluator
         self.tracker = tracker
         self.threshold = threshold
@@ -329,17 +338,18 @@ class Training:
                 raise Interrupted(self.stop_signal, self.checkpoint())
             starting = scheduler.ready(runtime.idle_workers(), global_model.version)
             if starting:
-                # shared by all tasks started together
-                snapshot = self.applier.snapshot(
-                    global_model, self.task, stats.env_steps / cfg.total_env_steps
-                )
-                dispatch_group = getattr(runtime, "dispatch_group", None)
-                if dispatch_group is not None and len(starting) > 1:
-                    dispatch_group(starting, snapshot)  # tasks on one snapshot may batch
-                else:
-                    for worker_id in starting:
-                        runtime.dispatch(worker_id, snapshot)
-                stats.bytes_down += len(starting) * snapshot.params.numel() * 4
+                # shared by all tasks started together (one per replica: decentralized)
+                progress = stats.env_steps / cfg.total_env_steps
+                for group, snapshot in self.applier.snapshots(
+                    global_model, self.task, progress, starting
+                ):
+                    dispatch_group = getattr(runtime, "dispatch_group", None)
+                    if dispatch_group is not None and len(group) > 1:
+                        dispatch_group(group, snapshot)  # tasks on one snapshot may batch
+                    else:
+                        for worker_id in group:
+                            runtime.dispatch(worker_id, snapshot)
+                    stats.bytes_down += len(group) * snapshot.params.numel() * 4
             update = runtime.next_update()
             global_model.observe(update)  # e.g. observation statistics, whatever the verdict
             rejection = self.receiver.receive(update)
@@ -377,6 +387,7 @@ class Training:
                     | self.learner.metrics()
                     | runtime.metrics()
                     | scheduler.metrics()
+                    | self.applier.metrics()
                 )
                 train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
                 self.tracker.log(train_row, {"sched/staleness": staleness_window})
@@ -444,9 +455,12 @@ class Training:
             "virtual_time_s": self.runtime.virtual_time(),
             "final_params_sha256": global_model.sha256(),
             **{
-                name.removeprefix("sched/"): value
-                for name, value in self.scheduler.metrics().items()
+                name.removeprefix("sched/").removeprefix("decentral/"): value
+                for name, value in (self.scheduler.metrics() | self.applier.metrics()).items()
             },
+            "evaluated_model": "mean of the replicas"
+            if isinstance(self.scheduler, ReplicaScheduler)
+            else "global",
             **self.evaluator.final_metrics(global_model.params),  # e.g. per-client fairness
         }
 
@@ -464,6 +478,7 @@ class Training:
             "scheduler_buffer": [(update_to_state(u), s) for u, s in self.scheduler.buffer],
             "learner": self.learner.state_dict(with_replay=self.cfg.checkpoint_replay),
             "runtime": getattr(self.runtime, "state_dict", dict)(),
+            "applier": self.applier.state_dict(),
             "loop": self._loop_state(),
             "logs": self.tracker.offsets(),
         }
@@ -529,6 +544,7 @@ class Training:
             self.scheduler.rng.bit_generator.state = state["scheduler_rng"]
         self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
         self.learner.load_state_dict(state["learner"])
+        self.applier.load_state_dict(state.get("applier", {}))
         loop = dict(state["loop"])
         stats = RunStats(**loop.pop("stats"))
         stats.rejected = Counter(stats.rejected)

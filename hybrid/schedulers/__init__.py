@@ -28,10 +28,14 @@ from hybrid.clients import ClientSettings, population
 from hybrid.errors import ConfigError
 from hybrid.protocol import TASK_KINDS
 from hybrid.schedulers.actor_learner import ActorLearner, ActorLearnerSettings
+from hybrid.schedulers.ad_psgd import AdPsgd, AdPsgdSettings
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
 from hybrid.schedulers.bounded import Bounded, BoundedSettings
+from hybrid.schedulers.decentralized import MixingStep, ReplicaScheduler
 from hybrid.schedulers.fedavg import FedAvg, FedAvgSettings
+from hybrid.schedulers.gossip import Gossip, GossipSettings
+from hybrid.schedulers.sgp import Sgp, SgpSettings
 from hybrid.schedulers.synchronous import Sync
 
 
@@ -88,6 +92,11 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     "fedavg": SchedulerEntry(FedAvg.from_settings, FedAvg),
 }
 BUILT_IN = frozenset(SCHEDULERS)
+"""The built-in schedulers whose settings are TrainConfig fields."""
+DECENTRALIZED: dict[str, type[Scheduler]] = {"gossip": Gossip, "ad-psgd": AdPsgd, "sgp": Sgp}
+"""Built-in decentralized schedulers (replicas, no global model); written like a user's
+scheduler, their settings come from scheduler_args (``--scheduler-arg topology=torus``)."""
+SCHEDULERS.update({name: _user_entry(cls) for name, cls in DECENTRALIZED.items()})
 
 
 def register_scheduler(name: str, cls: type[Scheduler]) -> None:
@@ -99,7 +108,7 @@ def register_scheduler(name: str, cls: type[Scheduler]) -> None:
     """
     if not isinstance(name, str) or not name or ":" in name:
         raise ConfigError(f"scheduler: {name!r} is not a usable name (a non-empty string, no ':')")
-    if name in BUILT_IN:
+    if name in BUILT_IN or name in DECENTRALIZED:
         raise ConfigError(f"scheduler: {name!r} is a built-in scheduler; choose another name")
     _check_class(name, cls)
     SCHEDULERS[name] = _user_entry(cls)
@@ -263,18 +272,27 @@ def _as(kind: Any, value: Any) -> Any:
 
 
 __all__ = [
+    "DECENTRALIZED",
     "SCHEDULERS",
     "ActorLearner",
     "ActorLearnerSettings",
+    "AdPsgd",
+    "AdPsgdSettings",
     "Async",
     "Bounded",
     "BoundedSettings",
     "FedAvg",
     "FedAvgSettings",
+    "Gossip",
+    "GossipSettings",
+    "MixingStep",
     "ModelView",
+    "ReplicaScheduler",
     "Scheduler",
     "SchedulerEntry",
     "SchedulerSettings",
+    "Sgp",
+    "SgpSettings",
     "Sync",
     "Verdict",
     "check_scheduler",
