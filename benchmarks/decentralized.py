@@ -136,8 +136,9 @@ def main() -> None:
             if out.exists()
             else set()
         )
-        for workers in args.workers:
-            for seed in range(args.seeds):
+        # seeds outermost: a sweep cut short still covers every scheduler and N evenly
+        for seed in range(args.seeds):
+            for workers in args.workers:
                 for label in args.schedulers:
                     if (label, workers, seed) in done:
                         continue

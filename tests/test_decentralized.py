@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import crash_copy, metric_rows
 
 import hybrid
 from hybrid.config import TrainConfig
@@ -244,7 +245,7 @@ def test_complete_graph_equals_sync_with_sgd(tmp_path):
 @pytest.mark.parametrize(
     ("scheduler", "args"),
     [
-        ("gossip", {"topology": "ring"}),
+        ("gossip", {"topology": "ring", "evaluate_replicas": True}),
         ("ad-psgd", {"topology": "exponential"}),
         ("sgp", {"delay": 1}),
     ],
@@ -263,6 +264,10 @@ def test_decentralized_serial_runs_are_bit_reproducible(scheduler, args, tmp_pat
     assert summary["parameter_server_bytes_per_worker"] == 2 * 4 * first.params.numel()
     rows = first.metrics("train")
     assert rows and "decentral/consensus_distance" in rows[-1]
+    if args.get("evaluate_replicas"):
+        assert len(summary["replica_eval_returns"]) == 4
+    else:
+        assert "replica_eval_returns" not in summary
     if scheduler == "ad-psgd":
         assert summary["staleness_unit"] == "updates"
         assert "gossip_staleness_mean" in summary
@@ -328,3 +333,28 @@ def test_replica_applier_refuses_a_plain_step():
     model = GlobalModel(torch.zeros(3))
     with pytest.raises(TypeError):
         applier.apply(model, hybrid.Step(torch.zeros(3)), 0.0)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "args"),
+    [("ad-psgd", {"topology": "ring"}), ("sgp", {"delay": 2})],
+)
+def test_decentralized_resume_is_bit_exact(tiny_config, scheduler, args):
+    """Checkpoints hold the replicas, their optimizer states and SGP's mass in flight."""
+    cfg = tiny_config(
+        scheduler=scheduler,
+        scheduler_args=args,
+        cluster="heterogeneous",
+        total_env_steps=1_500,
+        checkpoint_every=7,
+        keep_checkpoints=100,
+        stop_when_solved=False,
+        eval_every=700,
+    )
+    full = hybrid.train(cfg)
+    crashed = crash_copy(full.run_dir, full.run_dir.parent / "crashed")
+    resumed = hybrid.train(resume=str(crashed))
+    assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
+    assert metric_rows(crashed) == metric_rows(full.run_dir)
+    for key in ("consensus_distance", "mixes", "bytes_sent", "updates"):
+        assert resumed.summary[key] == full.summary[key], key

@@ -462,7 +462,17 @@ class Training:
             if isinstance(self.scheduler, ReplicaScheduler)
             else "global",
             **self.evaluator.final_metrics(global_model.params),  # e.g. per-client fairness
+            **self._replica_evaluations(),
         }
+
+    def _replica_evaluations(self) -> dict[str, list[float]]:
+        """Each replica's mean evaluation return, when a decentralized scheduler asks."""
+        scheduler, applier = self.scheduler, self.applier
+        if not isinstance(scheduler, ReplicaScheduler) or not scheduler.evaluate_replicas:
+            return {}
+        assert isinstance(applier, ReplicaApplier)
+        returns = [self.evaluator.evaluate(row) for row in applier.replica_params()]
+        return {"replica_eval_returns": [float(r.mean()) for r in returns]}
 
     # --- checkpoints ---------------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ class AdPsgdSettings:
     """random-regular only: every worker's number of neighbours."""
     graph_seed: int = 0
     """random-regular only: which graph is drawn."""
+    evaluate_replicas: bool = False
+    """Also evaluate every replica at the end (``replica_eval_returns`` in summary.json)."""
 
     def __post_init__(self) -> None:
         check_topology(self.topology, self.degree)
@@ -48,6 +50,7 @@ class AdPsgd(ReplicaScheduler):
     def __init__(self, workers: int, settings: AdPsgdSettings) -> None:
         super().__init__(workers)
         self.settings = settings
+        self.evaluate_replicas = settings.evaluate_replicas
         graph = build_graph(settings.topology, workers, settings.degree, settings.graph_seed)
         self.neighbours = [sorted(graph.neighbors(k)) for k in range(workers)]
         # the expected mixing matrix when every worker picks uniformly among its neighbours

@@ -45,6 +45,8 @@ class ReplicaScheduler(Scheduler):
 
     replicas: ClassVar[bool] = True
     """The loop keeps one replica per worker (``hybrid.replicas.ReplicaApplier``)."""
+    evaluate_replicas: bool = False
+    """The loop evaluates every replica at the end, besides their average."""
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)

@@ -27,6 +27,8 @@ class GossipSettings:
     """random-regular only: which graph is drawn."""
     mix_first: bool = False
     """Mix, then step (Lian et al.'s x_i ← Σ_j W_ij x_j − η g_i(x_i)); default: step, then mix."""
+    evaluate_replicas: bool = False
+    """Also evaluate every replica at the end (``replica_eval_returns`` in summary.json)."""
 
     def __post_init__(self) -> None:
         check_topology(self.topology, self.degree)
@@ -45,6 +47,7 @@ class Gossip(RoundReplicas):
     def __init__(self, workers: int, settings: GossipSettings) -> None:
         super().__init__(workers)
         self.settings = settings
+        self.evaluate_replicas = settings.evaluate_replicas
         graph = build_graph(settings.topology, workers, settings.degree, settings.graph_seed)
         self.w = mixing_matrix(graph)
         self.spectral_gap = spectral_gap(self.w)

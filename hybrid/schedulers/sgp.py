@@ -26,6 +26,8 @@ class SgpSettings:
     """Out-neighbours each worker pushes to per round."""
     delay: int = 0
     """Rounds before pushed mass arrives (0: the same round)."""
+    evaluate_replicas: bool = False
+    """Also evaluate every replica at the end (``replica_eval_returns`` in summary.json)."""
 
     def __post_init__(self) -> None:
         if self.peers < 1:
@@ -40,6 +42,7 @@ class Sgp(RoundReplicas):
     def __init__(self, workers: int, settings: SgpSettings) -> None:
         super().__init__(workers)
         self.settings = settings
+        self.evaluate_replicas = settings.evaluate_replicas
         period = len(exponential_hops(workers))
         product = np.eye(workers)
         for t in range(period):
