@@ -65,7 +65,8 @@ class AdPsgd(ReplicaScheduler):
         self.gossip_staleness: list[int] = []
 
     def describe(self) -> str:
-        return f"ad-psgd on a {self.settings.topology} graph: " + super().describe()
+        topology = self.settings.topology
+        return f"ad-psgd on a {topology} graph: {super().describe()} (expected mixing matrix)"
 
     def ready(self, idle: Sequence[int], version: int) -> list[int]:
         for k in idle:

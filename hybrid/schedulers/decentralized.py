@@ -59,9 +59,7 @@ class ReplicaScheduler(Scheduler):
 
     def describe(self) -> str:
         """One line for the console when the run starts."""
-        return (
-            f"{type(self).__name__}: {self.workers} replicas, spectral gap {self.spectral_gap:.4f}"
-        )
+        return f"{self.workers} replicas, spectral gap {self.spectral_gap:.4f}"
 
     def metrics(self) -> dict[str, float]:
         return {"sched/spectral_gap": self.spectral_gap}

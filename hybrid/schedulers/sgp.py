@@ -53,8 +53,10 @@ class Sgp(RoundReplicas):
         self.spectral_gap = float(1.0 - magnitudes[1])
 
     def describe(self) -> str:
-        return f"sgp, {self.settings.peers} peer(s), delay {self.settings.delay}: " + (
-            super().describe() + " (one period of the time-varying exponential graph)"
+        peers, delay = self.settings.peers, self.settings.delay
+        return (
+            f"sgp on the time-varying exponential graph ({peers} peer(s), delay {delay}): "
+            f"{super().describe()} over one period"
         )
 
     def mixing(self, round_index: int) -> MixingStep:
