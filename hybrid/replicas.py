@@ -52,6 +52,8 @@ class ReplicaApplier:
         self.row_bytes = self.rows.shape[1] * self.rows.element_size()
         self.mixes = 0
         self.applied = 0
+        self.messages = np.zeros((count, count), dtype=np.int64)
+        """messages[i, j]: how many times replica i sent (a share of) itself to replica j."""
         self.bytes_sent = 0
         self.last_consensus = 0.0
         self.consensus_sum = 0.0
@@ -125,7 +127,10 @@ class ReplicaApplier:
         for _, rows, weights in arrived:
             self.rows.add_(rows)
             self.weights.add_(weights)
-        self.bytes_sent += len(edges_of(p)) * self.row_bytes
+        edges = edges_of(p)
+        for sender, receiver in edges:
+            self.messages[sender, receiver] += 1
+        self.bytes_sent += len(edges) * self.row_bytes
 
     def _debiased_rows(self) -> torch.Tensor:
         if not self.push_sum:
@@ -162,6 +167,7 @@ class ReplicaApplier:
             "push_sum": self.push_sum,
             "in_flight": [(n, r.cpu().clone(), w.clone()) for n, r, w in self.in_flight],
             "optimizers": [o.optimizer.state_dict() for o in self.optimizers],
+            "messages": self.messages.tolist(),
             "counters": [
                 self.mixes,
                 self.applied,
@@ -179,6 +185,7 @@ class ReplicaApplier:
         self.in_flight = [(int(n), r.to(device), w) for n, r, w in state["in_flight"]]
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
             optimizer.optimizer.load_state_dict(saved)
+        self.messages = np.asarray(state["messages"], dtype=np.int64)
         mixes, applied, sent, last, total = state["counters"]
         self.mixes, self.applied, self.bytes_sent = int(mixes), int(applied), int(sent)
         self.last_consensus, self.consensus_sum = float(last), float(total)

@@ -133,6 +133,8 @@ def test_ad_psgd_pairwise_average_conserves_the_mean_and_leaves_the_others():
     for k in (0, 2, 3, 5):
         assert torch.equal(applier.rows[k], rows[k])  # untouched, bit for bit
     assert applier.bytes_sent == 2 * 7 * 4  # one θ each way
+    assert applier.messages[1, 4] == applier.messages[4, 1] == 1
+    assert applier.messages.sum() == 2
 
 
 def test_ad_psgd_picks_a_neighbour_and_counts_gossip_staleness():
@@ -264,6 +266,10 @@ def test_decentralized_serial_runs_are_bit_reproducible(scheduler, args, tmp_pat
     assert summary["parameter_server_bytes_per_worker"] == 2 * 4 * first.params.numel()
     rows = first.metrics("train")
     assert rows and "decentral/consensus_distance" in rows[-1]
+    messages = np.array(summary["messages_sent"])  # who sent to whom
+    assert messages.shape == (4, 4) and messages.sum() > 0 and np.trace(messages) == 0
+    if scheduler == "gossip":  # a ring: neighbours only, every round both ways
+        assert messages[0, 2] == 0 and messages[0, 1] == messages[1, 0] == summary["mixes"]
     if args.get("evaluate_replicas"):
         assert len(summary["replica_eval_returns"]) == 4
     else:

@@ -462,17 +462,20 @@ class Training:
             if isinstance(self.scheduler, ReplicaScheduler)
             else "global",
             **self.evaluator.final_metrics(global_model.params),  # e.g. per-client fairness
-            **self._replica_evaluations(),
+            **self._replica_summary(),
         }
 
-    def _replica_evaluations(self) -> dict[str, list[float]]:
-        """Each replica's mean evaluation return, when a decentralized scheduler asks."""
+    def _replica_summary(self) -> dict[str, Any]:
+        """A decentralized run's who-sent-to-whom counts, and each replica's mean evaluation
+        return when its scheduler asks."""
         scheduler, applier = self.scheduler, self.applier
-        if not isinstance(scheduler, ReplicaScheduler) or not scheduler.evaluate_replicas:
+        if not isinstance(scheduler, ReplicaScheduler) or not isinstance(applier, ReplicaApplier):
             return {}
-        assert isinstance(applier, ReplicaApplier)
-        returns = [self.evaluator.evaluate(row) for row in applier.replica_params()]
-        return {"replica_eval_returns": [float(r.mean()) for r in returns]}
+        summary: dict[str, Any] = {"messages_sent": applier.messages.tolist()}
+        if scheduler.evaluate_replicas:
+            returns = [self.evaluator.evaluate(row) for row in applier.replica_params()]
+            summary["replica_eval_returns"] = [float(r.mean()) for r in returns]
+        return summary
 
     # --- checkpoints ---------------------------------------------------------------------------
 
