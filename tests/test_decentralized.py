@@ -304,7 +304,6 @@ def test_gossip_settings_are_checked_in_one_line():
             "topology",
         ),
         (["--workers", "1"], "workers"),
-        (["--workers", "4", "--runtime", "processes"], "runtime"),
     ],
 )
 def test_cli_refuses_bad_graphs_in_one_line_exit_2(args, field, tmp_path):
@@ -364,3 +363,40 @@ def test_decentralized_resume_is_bit_exact(tiny_config, scheduler, args):
     assert metric_rows(crashed) == metric_rows(full.run_dir)
     for key in ("consensus_distance", "mixes", "bytes_sent", "updates"):
         assert resumed.summary[key] == full.summary[key], key
+
+
+def test_gossip_on_processes_is_all_reduce_on_the_complete_graph_and_reproducible(tmp_path):
+    """Each worker process starts from its own replica, sent with its task. A round's maths
+    does not depend on who arrives first (each replica steps alone, then one matrix product
+    mixes them), so a gossip run on processes is bit-reproducible; on the complete graph it
+    is sync's averaged step on processes, up to rounding."""
+    cfg = small_run(
+        workers=2,
+        total_env_steps=1_280,
+        runtime="processes",
+        optimizer="sgd",
+        lr=0.05,
+        max_grad_norm=0.0,
+    )
+    ring = cfg.replace(scheduler="gossip", scheduler_args={"topology": "ring"})
+    first = hybrid.train(ring.replace(out=str(tmp_path / "a")))
+    again = hybrid.train(ring.replace(out=str(tmp_path / "b")))
+    assert first.summary["final_params_sha256"] == again.summary["final_params_sha256"]
+    assert first.summary["updates"] == 5
+    sync = hybrid.train(cfg.replace(scheduler="sync", out=str(tmp_path / "sync")))
+    complete = hybrid.train(
+        cfg.replace(
+            scheduler="gossip", scheduler_args={"topology": "complete"}, out=str(tmp_path / "c")
+        )
+    )
+    torch.testing.assert_close(complete.params, sync.params, rtol=0, atol=1e-5)
+
+
+def test_ad_psgd_runs_on_processes(tmp_path):
+    result = hybrid.train(
+        small_run(scheduler="ad-psgd", workers=2, runtime="processes", out=str(tmp_path / "p"))
+    )
+    summary = result.summary
+    assert summary["mixes"] == summary["updates"] == summary["tasks"] > 0
+    assert summary["evaluated_model"] == "mean of the replicas"
+    assert np.array(summary["messages_sent"]).sum() == 2 * summary["mixes"]

@@ -73,7 +73,6 @@ def _processes(
 ) -> Runtime:
     from hybrid.runtimes.processes import ProcessRuntime
 
-    _serial_only_replicas("processes", scheduler)
     # Hogwild!: workers step the shared θ themselves when the scheduler would apply each
     # update alone anyway and nothing (a codec) must see the payload first; a process then
     # runs one persistent worker (edge clients come and go on any process).
@@ -83,7 +82,8 @@ def _processes(
         and settings.codec == "none"
         and pool.persistent
     )
-    return ProcessRuntime(settings, info, model if hogwild else None, pool)
+    replicas = bool(getattr(scheduler, "replicas", False))
+    return ProcessRuntime(settings, info, model if hogwild else None, pool, replicas)
 
 
 def _ray(
@@ -103,20 +103,8 @@ def _ray(
         raise ConfigError(
             f"runtime: 'ray' needs Ray ({exc}); install it with pip install 'hybrid-rl[ray]'"
         ) from None
-    _serial_only_replicas("ray", scheduler)
-    return RayRuntime(settings, info, pool)
-
-
-def _serial_only_replicas(runtime: str, scheduler: Scheduler) -> None:
-    """A decentralized scheduler's replicas live in the loop's process and its workers'
-    snapshots differ per worker; the parallel runtimes publish one θ per version."""
-    if getattr(scheduler, "replicas", False):
-        from hybrid.errors import ConfigError
-
-        raise ConfigError(
-            f"runtime: {runtime!r} does not run decentralized schedulers (gossip, ad-psgd, "
-            "sgp) yet; use --runtime serial"
-        )
+    # a decentralized run: every task starts from its own worker's replica
+    return RayRuntime(settings, info, pool, bool(getattr(scheduler, "replicas", False)))
 
 
 RuntimeBuilder = Callable[
