@@ -392,11 +392,15 @@ def test_gossip_on_processes_is_all_reduce_on_the_complete_graph_and_reproducibl
     torch.testing.assert_close(complete.params, sync.params, rtol=0, atol=1e-5)
 
 
-def test_ad_psgd_runs_on_processes(tmp_path):
+@pytest.mark.parametrize("runtime", ["processes", "ray"])
+def test_ad_psgd_runs_on_parallel_runtimes(runtime, tmp_path):
+    if runtime == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed")
     result = hybrid.train(
-        small_run(scheduler="ad-psgd", workers=2, runtime="processes", out=str(tmp_path / "p"))
+        small_run(scheduler="ad-psgd", workers=2, runtime=runtime, out=str(tmp_path / "p"))
     )
     summary = result.summary
+    assert summary["consensus_distance"] > 0
     assert summary["mixes"] == summary["updates"] == summary["tasks"] > 0
     assert summary["evaluated_model"] == "mean of the replicas"
     assert np.array(summary["messages_sent"]).sum() == 2 * summary["mixes"]
