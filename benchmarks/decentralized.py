@@ -1,7 +1,8 @@
 """Decentralized vs centralized schedulers side by side, on the serial runtime's virtual clock.
 
     python benchmarks/decentralized.py [--env CartPole-v1] [--workers 4 8 16] [--seeds 5]
-        [--budget 150000] [--cluster heterogeneous] [--out decentralized_runs.jsonl]
+        [--budget 150000] [--cluster heterogeneous] [--runtime serial]
+        [--out decentralized_runs.jsonl]
 
 For every worker count N and seed, one run per scheduler: ``sync`` (A2C, all-reduce of
 gradients through a server), ``async`` (A3C), ``gossip`` on a ring, a 2-D torus and the
@@ -17,8 +18,9 @@ stratified-bootstrap CIs over seeds (``hybrid.stats.aggregate``). Rows go to ``-
 as JSON lines as they finish, so an interrupted sweep keeps what it ran; ``--table`` prints
 the table of an existing file without running anything.
 
-Decentralized schedulers run on the serial runtime only for now (their replicas live in the
-loop's process), so there is no processes wall-time column.
+``--runtime processes`` runs the same grid on worker processes (real time: the
+``wall s to solve`` column, training seconds without evaluation, is what to read there;
+``--cluster`` only shapes the virtual clock, so it does nothing on processes).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def run_one(label: str, workers: int, seed: int, args: argparse.Namespace) -> di
             workers=workers,
             seed=seed,
             cluster=args.cluster,
+            runtime=args.runtime,
             total_env_steps=args.budget,
             eval_every=args.eval_every,
             eval_episodes=args.eval_episodes,
@@ -69,12 +72,14 @@ def run_one(label: str, workers: int, seed: int, args: argparse.Namespace) -> di
         None,
     )
     return {
+        "runtime": args.runtime,
         "scheduler": label,
         "workers": workers,
         "seed": seed,
         "solved": bool(summary["solved"]),
         "env_steps_to_solve": summary["env_steps_to_solve"] or summary["env_steps"],
         "virtual_s_to_solve": solved_row["virtual_s"] if solved_row else summary["virtual_time_s"],
+        "wall_s_to_solve": solved_row["wall_s"] if solved_row else summary["train_wall_s"],
         "final_eval_return": summary["final_eval_return"],
         "consensus_distance_mean": summary.get("consensus_distance_mean"),
         "bytes_per_worker_per_mix": summary.get("bytes_per_worker_per_mix"),
@@ -92,21 +97,31 @@ def table(rows: list[dict[str, object]]) -> str:
         return f"{mark}{stats['mean']:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
     lines = [
-        "| N | scheduler | solved | env steps to solve (k) | virtual s to solve | final return "
-        "| consensus distance |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| runtime | N | scheduler | solved | env steps to solve (k) | time to solve (s) "
+        "| final return | consensus distance |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for workers in sorted({int(r["workers"]) for r in rows}):  # type: ignore[call-overload]
+    keys = sorted({(str(r.get("runtime", "serial")), int(r["workers"])) for r in rows})  # type: ignore[call-overload]
+    for runtime, workers in keys:
         for label in SCHEDULERS:
-            group = [r for r in rows if r["workers"] == workers and r["scheduler"] == label]
+            group = [
+                r
+                for r in rows
+                if r["workers"] == workers
+                and r["scheduler"] == label
+                and r.get("runtime", "serial") == runtime
+            ]
             if not group:
                 continue
+            # the virtual clock's seconds on serial, training wall seconds elsewhere
+            clock = "virtual_s_to_solve" if runtime == "serial" else "wall_s_to_solve"
             unsolved = any(not r["solved"] for r in group)
             consensus = [r["consensus_distance_mean"] for r in group]
             lines.append(
-                f"| {workers} | {label} | {sum(bool(r['solved']) for r in group)}/{len(group)} "
+                f"| {runtime} | {workers} | {label} "
+                f"| {sum(bool(r['solved']) for r in group)}/{len(group)} "
                 f"| {cell([r['env_steps_to_solve'] / 1000 for r in group], 1, unsolved)} "  # type: ignore[operator]
-                f"| {cell([r['virtual_s_to_solve'] for r in group], 1, unsolved)} "  # type: ignore[misc]
+                f"| {cell([r[clock] for r in group], 1, unsolved)} "  # type: ignore[misc]
                 f"| {cell([r['final_eval_return'] for r in group], 1)} "  # type: ignore[misc]
                 f"| {cell(consensus, 4) if consensus[0] is not None else '—'} |"  # type: ignore[arg-type]
             )
@@ -122,6 +137,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--cluster", default="heterogeneous")
+    parser.add_argument("--runtime", default="serial", choices=["serial", "processes"])
     parser.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=SCHEDULERS)
     parser.add_argument("--out", default="decentralized_runs.jsonl")
     parser.add_argument("--table", action="store_true", help="only print --out's table")
@@ -130,7 +146,7 @@ def main() -> None:
     if not args.table:
         done = (
             {
-                (r["scheduler"], r["workers"], r["seed"])
+                (r.get("runtime", "serial"), r["scheduler"], r["workers"], r["seed"])
                 for r in (json.loads(line) for line in out.read_text().splitlines() if line.strip())
             }
             if out.exists()
@@ -140,7 +156,7 @@ def main() -> None:
         for seed in range(args.seeds):
             for workers in args.workers:
                 for label in args.schedulers:
-                    if (label, workers, seed) in done:
+                    if (args.runtime, label, workers, seed) in done:
                         continue
                     row = run_one(label, workers, seed, args)
                     print(json.dumps(row), flush=True)

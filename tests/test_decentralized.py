@@ -13,6 +13,8 @@ import torch
 from conftest import crash_copy, metric_rows
 
 import hybrid
+import hybrid.assembly
+import hybrid.schedulers
 from hybrid.config import TrainConfig
 from hybrid.core.global_model import GlobalModel
 from hybrid.errors import ConfigError
@@ -404,3 +406,36 @@ def test_ad_psgd_runs_on_parallel_runtimes(runtime, tmp_path):
     assert summary["mixes"] == summary["updates"] == summary["tasks"] > 0
     assert summary["evaluated_model"] == "mean of the replicas"
     assert np.array(summary["messages_sent"]).sum() == 2 * summary["mixes"]
+
+
+def test_the_benchmark_runs_valid_configs_and_prints_its_table(monkeypatch):
+    """Every scheduler the benchmark compares validates at every N it runs, and its table
+    marks an unsolved run's steps as a lower bound."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "benchmarks" / "decentralized.py"
+    spec = importlib.util.spec_from_file_location("bench_decentralized", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)
+    spec.loader.exec_module(bench)
+    for workers in (4, 8, 16):
+        for scheduler, args in bench.SCHEDULERS.values():
+            cfg = TrainConfig(scheduler=scheduler, scheduler_args=dict(args), workers=workers)
+            cfg.validate()
+            if scheduler in ("gossip", "ad-psgd", "sgp"):
+                hybrid.schedulers.make_scheduler(hybrid.assembly.scheduler_settings(cfg))
+    row = {
+        "runtime": "serial",
+        "workers": 4,
+        "solved": False,
+        "env_steps_to_solve": 80_000,
+        "virtual_s_to_solve": 2.0,
+        "wall_s_to_solve": 9.0,
+        "final_eval_return": 100.0,
+        "consensus_distance_mean": 0.01,
+    }
+    rows = [row | {"scheduler": "gossip-ring", "seed": s} for s in range(2)]
+    text = bench.table(rows)
+    assert "| serial | 4 | gossip-ring | 0/2 | ≥ 80.0" in text
