@@ -20,7 +20,7 @@ the table of an existing file without running anything.
 
 ``--runtime processes`` runs the same grid on worker processes (real time: the
 ``wall s to solve`` column, training seconds without evaluation, is what to read there;
-``--cluster`` only shapes the virtual clock, so it does nothing on processes).
+``--cluster`` only shapes the virtual clock: processes run at this machine's speed).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def run_one(label: str, workers: int, seed: int, args: argparse.Namespace) -> di
             scheduler_args=dict(scheduler_args),
             workers=workers,
             seed=seed,
-            cluster=args.cluster,
+            # speeds are a virtual-clock setting: real workers run at this machine's speed
+            cluster=args.cluster if args.runtime == "serial" else "homogeneous",
             runtime=args.runtime,
             total_env_steps=args.budget,
             eval_every=args.eval_every,
