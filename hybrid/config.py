@@ -975,9 +975,8 @@ def flag_context(cfg: TrainConfig) -> FlagContext:
     trains_locally = False
     if not built_in:
         from hybrid.protocol import TrainLocally
-        from hybrid.schedulers import task_kind_of
 
-        kind = task_kind_of(cfg.scheduler)
+        kind = registry.loaded_task_kind(cfg.scheduler)
         # not loaded (a sweep's dry run imports no scheduler): its flags may apply
         trains_locally = kind is None or kind is TrainLocally
     return FlagContext(

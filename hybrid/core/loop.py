@@ -31,7 +31,7 @@ from hybrid.evaluation import Evaluator
 from hybrid.protocol import Payload, Snapshot, Task, Update
 from hybrid.replicas import ReplicaApplier
 from hybrid.runtimes import Runtime
-from hybrid.schedulers import ReplicaScheduler, Scheduler, Verdict
+from hybrid.schedulers import Guarded, ReplicaScheduler, Scheduler, Verdict
 from hybrid.tracking import Tracker
 
 
@@ -382,6 +382,11 @@ class Training:
                 self.state.task_settings.pop(int(worker_id), None)
         return list(groups.values())
 
+    def scheduler_name(self) -> str:
+        """The scheduler's class name (a user's scheduler runs wrapped in a guard)."""
+        scheduler = self.scheduler
+        return type(scheduler.inner if isinstance(scheduler, Guarded) else scheduler).__name__
+
     def _task_with(self, task: Task, task_settings: Mapping[str, Any]) -> Task:
         """``task`` with ``task_settings`` in place of its fields; a setting the task does not
         have, or of another type, is the scheduler's mistake: said in one line."""
@@ -389,7 +394,7 @@ class Training:
         for name, value in task_settings.items():
             if name not in fields:
                 raise ValueError(
-                    f"{type(self.scheduler).__name__}.ready: {type(task).__name__} has no "
+                    f"{self.scheduler_name()}.ready: {type(task).__name__} has no "
                     f"setting {name!r}; its settings are {', '.join(fields)}"
                 )
             default = getattr(task, name)
@@ -398,7 +403,7 @@ class Training:
                 value, allowed
             ):
                 raise ValueError(
-                    f"{type(self.scheduler).__name__}.ready: {name}={value!r} is not a "
+                    f"{self.scheduler_name()}.ready: {name}={value!r} is not a "
                     f"{type(default).__name__}"
                 )
         return dataclasses.replace(task, **task_settings) if task_settings else task
