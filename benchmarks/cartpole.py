@@ -1,5 +1,5 @@
 """Scheduler comparison on CartPole-v1, serial runtime: steps to solve and throughput,
-each next to its issue 18 target.
+each next to its performance target.
 
     python benchmarks/cartpole.py [--seeds 0 1 ... 9] [--schedulers sync async bounded]
                                   [--throughput-steps 50000] [--throughput-repeats 3]
@@ -8,15 +8,15 @@ each next to its issue 18 target.
 Table 1 (sample efficiency): with the defaults, env steps and training wall seconds to
 solve (mean of 10 deterministic evaluation episodes >= 475, evaluation every 2,500 env
 steps, evaluation time excluded), median over seeds. The reference is Stable-Baselines3
-A2C with rl-zoo's settings as measured for issue 18 on this machine (5 seeds, median
+A2C with rl-zoo's settings as measured on this machine when the targets were set (5 seeds, median
 12,480 env steps, 0.81 s).
 
 With ``--peers`` (the interpreter of ``make peers``'s venv; used by default when it exists),
 SB3 A2C is measured again in the same run by benchmarks/peers/measure.py, in a subprocess:
 one seed after hybrid's runs of that seed, one throughput repeat after hybrid's, the order
 alternating, so that load from other jobs skews both alike. Each hybrid figure is then shown
-beside SB3's today, their ratio, and issue 18's target as a ratio to SB3 (the absolute
-targets were measured on a faster day). Without peers, the issue's quoted SB3 figures.
+beside SB3's today, their ratio, and the target as a ratio to SB3 (the absolute
+targets were measured on a faster day). Without peers, the quoted SB3 figures.
 
 Table 2 (throughput): env steps per second of training at a fixed budget (no evaluation
 until the end, no early stop), median over ``--throughput-repeats`` runs, the schedulers
@@ -41,7 +41,7 @@ from benchmarks.peers import side_by_side as peers
 from hybrid import TrainConfig
 
 SB3_STEPS, SB3_WALL_S = 12_480, 0.81
-"""SB3 A2C (rl-zoo settings) on CartPole-v1, median of 5 seeds, measured for issue 18."""
+"""SB3 A2C (rl-zoo settings) on CartPole-v1, median of 5 seeds, measured with the targets."""
 STEPS_TARGET = {"sync": SB3_STEPS, "async": 1.5 * SB3_STEPS}
 WALL_TARGET = {"sync": 0.5 * SB3_WALL_S}
 RATE_TARGET = {"sync": 30_000, "async": 20_000}
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--throughput-steps", type=int, default=50_000)
     parser.add_argument("--throughput-repeats", type=int, default=3)
     parser.add_argument("--peers", metavar="PYTHON", help="the peers' venv's python")
-    parser.add_argument("--no-peers", action="store_true", help="quote the issue's figures")
+    parser.add_argument("--no-peers", action="store_true", help="quote the targets' figures")
     args = parser.parse_args()
     peer_python = peers.peers_python(args.peers, args.no_peers)
 
@@ -121,7 +121,7 @@ def main() -> None:
     columns += peers.peer_columns(side, "steps: ") + peers.peer_columns(side, "wall: ")
     print("\n" + peers.markdown_header(columns))
     blank = [""] * (len(columns) - 7)
-    quoted = ["SB3 A2C (rl-zoo; issue 18, 5 seeds)", f"{SB3_STEPS:,}", "", "", f"{SB3_WALL_S}"]
+    quoted = ["SB3 A2C (rl-zoo; 5 seeds)", f"{SB3_STEPS:,}", "", "", f"{SB3_WALL_S}"]
     print(peers.markdown_row([*quoted, "", "", *blank]))
     if steps_peer and wall_peer:
         solved = sum(x != float("inf") for x in steps_peer)

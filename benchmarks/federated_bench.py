@@ -14,7 +14,7 @@ Table 2 — 20% of the clients are 4x slower: virtual time for N rounds without 
 deadline, with a deadline that drops late updates, and with one that admits them
 a round later (asynchronous FL).
 
-Table 3 (``--speed``; only this table) — the cost of a round, next to issue 18's
+Table 3 (``--speed``; only this table) — the cost of a round, next to the performance target's
 targets: 100 clients, 10 per round, 1 local step of 5 env steps each (fresh processes,
 median over repeats): milliseconds per round in the steady state, seconds from process
 start to the end of the first round, peak resident memory, and which heavy optional

@@ -1,4 +1,4 @@
-"""Issue 18's throughput figures (targets 2, 4, 5), each next to its target, optionally side by
+"""The throughput targets' figures (targets 2, 4, 5), each next to its target, optionally side by
 side with another checkout of hybrid (the base of a change) measured in the same run.
 
     python benchmarks/perf_compare.py [--base /tmp/base-ec0df18] [--repeats 3]
@@ -25,9 +25,9 @@ Peers (``--peers``, the interpreter of ``make peers``'s venv; used by default wh
 each repeat also runs benchmarks/peers/measure.py once for each peer that a measured cell is
 compared with, its place among the checkouts alternating: SB3 A2C's env steps/s at the same
 budget (sync and async), TorchRL's 2x8 collector frames/s (processes), Flower's simulation
-(fedavg: ms per round, start-up, RSS). Next to each cell: the peer's figure in issue 18, the
-peer today, this / peer (median of per-repeat ratios) and the issue's target as a ratio to
-the peer. Without peers, the issue's quoted peer figures.
+(fedavg: ms per round, start-up, RSS). Next to each cell: the peer's figure with the targets, the
+peer today, this / peer (median of per-repeat ratios) and the target as a ratio to
+the peer. Without peers, the quoted peer figures.
 
 Prints Markdown. Nothing here asserts on time.
 """
@@ -198,7 +198,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="fedavg rounds per run")
     parser.add_argument("--only", nargs="+", choices=sorted(RUNS), default=sorted(RUNS))
     parser.add_argument("--peers", metavar="PYTHON", help="the peers' venv's python")
-    parser.add_argument("--no-peers", action="store_true", help="quote the issue's figures")
+    parser.add_argument("--no-peers", action="store_true", help="quote the targets' figures")
     args = parser.parse_args()
     peer_python = peers.peers_python(args.peers, args.no_peers)
     peer_args = {

@@ -3,7 +3,7 @@
     python benchmarks/simulated_scale.py [--workers 8 4096] [--updates 2000] [--repeats 3]
 
 For each worker count, serial ``async`` on CartPole-v1 with one env per worker (the
-issue 18 setting), in a fresh process per measurement:
+performance-target setting), in a fresh process per measurement:
 
 * per-update cost: training wall seconds per applied update in the steady state (the
   first round, in which every worker starts, is excluded: it is start-up), median over
@@ -11,7 +11,7 @@ issue 18 setting), in a fresh process per measurement:
 * memory per idle worker: the resident-set growth from building the runtime's workers
   (envs, generator, normalizer, codec; the model is shared), divided by their number.
 
-Targets (issue 18): cost at the largest count <= 1.5x the cost at the smallest; <= 100 KB
+Targets: cost at the largest count <= 1.5x the cost at the smallest; <= 100 KB
 per idle worker. Prints Markdown. Nothing here asserts on time.
 """
 

@@ -18,7 +18,7 @@ not change them.
 
 ``tune_cartpole_runs.jsonl`` holds the sweep behind the defaults (``--from-jsonl`` merges
 its lines per candidate and scheduler). Seeds 0–9 of the candidates not chosen were run
-before grouped gradients lost ``vmap`` (issue 18), which changed the last bits of grouped
+before grouped gradients lost ``vmap``, which changed the last bits of grouped
 rounds; the chosen one was rerun on seeds 0–19 after it (its ``sync`` runs came out the
 same, one ``async`` seed of ten moved by 2,500 steps).
 """

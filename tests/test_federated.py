@@ -685,7 +685,7 @@ def _peak_rss(clients: int) -> dict:
 def test_a_thousand_clients_cost_no_more_memory_than_ten():
     """1,000 clients x 3 rounds (100 per round) against the same run with 10 clients.
 
-    The issue's bound is 200 MB; 1,000 persistent workers alone would take ~100 MB
+    The bound is 200 MB; 1,000 persistent workers alone would take ~100 MB
     (measured), so the tighter 50 MB bound is what catches clients kept between rounds.
     """
     small, large = _peak_rss(10), _peak_rss(1000)

@@ -1,4 +1,4 @@
-"""benchmarks/peers: the issue's targets as ratios, the side-by-side cells, measure.py's output.
+"""benchmarks/peers: the performance targets as ratios, the side-by-side cells, measure.py's output.
 
 None of these needs the peers' venv: measure.py is run through a stand-in interpreter that
 prints what the real one would.

@@ -1,4 +1,4 @@
-"""Issue 18's peers measured on this machine today, as the issue describes them.
+"""The peers the performance targets name, measured on this machine today.
 
     .venv-peers/bin/python benchmarks/peers/measure.py [--only sb3 torchrl flower]
                                                        [--repeats 3] [--seeds 0 1 2 3 4] [--quick]

@@ -1,8 +1,8 @@
-"""hybrid's figures next to its peers' (issue 18), for benchmarks/cartpole.py and perf_compare.py.
+"""hybrid's figures next to its peers', for benchmarks/cartpole.py and perf_compare.py.
 
-Issue 18 stated its targets as absolute figures measured on the day it was filed; the machine's
-speed changes from day to day, so each target is kept here as a ratio to the peer's figure
-(the issue's target over the peer's figure that day), and the peer is measured again in the
+The performance targets were stated as absolute figures measured the day they were set;
+the machine's speed changes from day to day, so each target is kept here as a ratio to the
+peer's figure (the target over the peer's figure that day), and the peer is measured again in the
 same run as hybrid, its runs interleaved with hybrid's. The peers run in their own venv
 (``make peers``) through benchmarks/peers/measure.py; nothing here imports them.
 """
@@ -30,10 +30,10 @@ class PeerFigure:
     name: str
     """measure.py's figure name."""
     quoted: float
-    """The peer's figure in issue 18 (measured on the day it was filed)."""
+    """The peer's figure when the targets were set (measured that day)."""
     unit: str
     target_ratio: float | None
-    """The bound on hybrid / peer that the issue's target amounts to; None: no ratio target."""
+    """The bound on hybrid / peer that the target amounts to; None: no ratio target."""
     higher_is_better: bool
 
 
@@ -150,7 +150,7 @@ def ratio(hybrid: list[float], peer: list[float], paired: bool) -> float | None:
 
 
 def target_text(figure: PeerFigure) -> str:
-    """The issue's target as a bound on hybrid / peer, e.g. ``>= 1.84x SB3 A2C``."""
+    """The target as a bound on hybrid / peer, e.g. ``>= 1.84x SB3 A2C``."""
     if figure.target_ratio is None:
         return "-"
     sign = ">=" if figure.higher_is_better else "<="
@@ -178,9 +178,9 @@ def quoted_cell(figure: PeerFigure) -> str:
     return f"{figure.peer} {number(figure.quoted)}"
 
 
-QUOTED_COLUMNS = ["peer in issue 18"]
-"""The column added without peers: the peer's figure as the issue quotes it."""
-PEER_COLUMNS = ["peer in issue 18", "peer today", "hybrid / peer", "target", "met"]
+QUOTED_COLUMNS = ["peer when targets set"]
+"""The column added without peers: the peer's figure as quoted with the targets."""
+PEER_COLUMNS = ["peer when targets set", "peer today", "hybrid / peer", "target", "met"]
 
 
 def peer_columns(side_by_side: bool, label: str = "") -> list[str]:
@@ -191,7 +191,7 @@ def peer_columns(side_by_side: bool, label: str = "") -> list[str]:
 def peer_cells(
     figure: PeerFigure | None, hybrid: list[float], peer: list[float] | None, paired: bool
 ) -> list[str]:
-    """A row's peer cells (``peer_columns``): the issue's figure; with the peer measured
+    """A row's peer cells (``peer_columns``): the quoted figure; with the peer measured
     (``peer`` not None): its median today, hybrid / peer, the target as a ratio, met or not."""
     if figure is None:
         return [""] * (len(QUOTED_COLUMNS) if peer is None else len(PEER_COLUMNS))
@@ -222,14 +222,14 @@ def markdown_header(columns: list[str]) -> str:
 
 
 def peer_only_lines(peers: dict[str, list[float]]) -> list[str]:
-    """Peer figures without a hybrid counterpart, beside the issue's."""
+    """Peer figures without a hybrid counterpart, beside the quoted ones."""
     lines = []
     for figure in PEER_ONLY:
         if figure.name in peers:
             runs = peers[figure.name]
             lines.append(
                 f"{figure.peer} {figure.name}: {number(statistics.median(runs))} {figure.unit} "
-                f"today (runs {', '.join(number(r) for r in runs)}); issue 18: "
+                f"today (runs {', '.join(number(r) for r in runs)}); when the targets were set: "
                 f"{number(figure.quoted)}"
             )
     return lines
