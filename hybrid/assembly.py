@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hybrid.aggregation import AggregationSettings
 from hybrid.algorithms import ALGORITHMS, A2CSettings, AlgoSettings, NetSettings, NStepQSettings
 from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
 from hybrid.atari import AtariSettings
@@ -25,6 +26,7 @@ from hybrid.envs import EnvInfo, EnvSettings, env_family
 from hybrid.evaluation import EvalSettings, Evaluator
 from hybrid.normalization import GlobalObsStats, NormalizationSettings
 from hybrid.plugins import final_evaluations
+from hybrid.privacy import PrivacySettings
 from hybrid.runtimes.pool import WorkerPool, make_pool
 from hybrid.runtimes.settings import ClockSettings, RuntimeSettings
 from hybrid.schedulers import (
@@ -123,6 +125,9 @@ def client_settings(cfg: TrainConfig) -> ClientSettings:
         client_link_sigma=cfg.client_link_sigma,
         client_dropout=cfg.client_dropout,
         client_availability=cfg.client_availability,
+        byzantine_fraction=cfg.byzantine_fraction,
+        byzantine_attack=cfg.byzantine_attack,
+        byzantine_scale=cfg.byzantine_scale,
         step_cost_s=cfg.step_cost_s,
         task_overhead_s=cfg.task_overhead_s,
         jitter_sigma=cfg.jitter_sigma,
@@ -220,10 +225,35 @@ def _scheduler_args(cfg: TrainConfig) -> object:
     if cfg.scheduler == "hybrid":
         return ActorLearnerSettings(cfg.learner_batch, cfg.max_policy_lag)
     if cfg.scheduler == "fedavg":
-        return FedAvgSettings(cfg.client_fraction, cfg.round_deadline_s, cfg.late_policy)
+        return FedAvgSettings(
+            cfg.client_fraction,
+            cfg.round_deadline_s,
+            cfg.late_policy,
+            aggregation_settings(cfg),
+            privacy_settings(cfg),
+        )
     if cfg.scheduler in ("sync", "async"):
         return None
     return dict(cfg.scheduler_args)
+
+
+def aggregation_settings(cfg: TrainConfig) -> AggregationSettings:
+    return AggregationSettings(
+        cfg.aggregator, cfg.trim_beta, cfg.krum_f, cfg.krum_m, cfg.norm_bound
+    )
+
+
+def privacy_settings(cfg: TrainConfig) -> PrivacySettings:
+    return PrivacySettings(
+        clip=cfg.dp_clip,
+        noise_multiplier=cfg.dp_noise_multiplier,
+        sampling=cfg.dp_sampling,
+        delta=cfg.dp_delta,
+        target_epsilon=cfg.dp_target_epsilon,
+        adaptive_quantile=cfg.dp_adaptive_quantile,
+        clip_lr=cfg.dp_clip_lr,
+        count_noise=cfg.dp_count_noise,
+    )
 
 
 def scheduler_settings(cfg: TrainConfig) -> SchedulerSettings:

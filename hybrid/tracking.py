@@ -386,7 +386,9 @@ class Tracker:
             f'{{"worker": {int(update.worker_id)}, "start": {_number(start)}, '
             f'"upload_start": {_number(end - float(update.upload_s))}, "end": {_number(end)}, '
             f'"base_version": {int(update.base_version)}, "staleness": {tau}, '
-            f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}}}\n'
+            f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}'
+            # a Byzantine edge client's update (its pool marks every update of such a run)
+            + (', "byzantine": true}\n' if update.stats.get("fed/byzantine") else "}\n")
         )
 
     def offsets(self) -> dict[str, int]:

@@ -11,6 +11,10 @@ and once it holds ``buffer_size`` K of them it takes one server step along their
 momentum, FedBuff's server momentum). Nothing is applied between an arrival and the step
 that uses it, so τ on arrival is τ at apply.
 
+Robust aggregation (``hybrid.aggregation``): with ``aggregator`` other than ``mean`` (or a
+``norm_bound``), the K staleness-weighted Δs s(τ_k) Δ_k are combined by that rule instead of
+their mean, e.g. ``--scheduler-arg aggregator=median``; Krum's f must satisfy K > 2f + 2.
+
 Written only with hybrid's public API: run it with
 ``hybrid train --scheduler examples/schedulers/fedbuff.py:FedBuff --scheduler-arg
 buffer_size=4 --optimizer sgd --lr 1`` (persistent workers, or ``--clients K`` edge clients).
@@ -21,7 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from hybrid import Scheduler, Step, TrainLocally
+from hybrid.aggregation import AggregationSettings, aggregate
 
 
 @dataclass
@@ -32,6 +39,19 @@ class FedBuffSettings:
     """Clients training at once (0: every worker / client may)."""
     staleness_exponent: float = 0.5
     """a in s(τ) = (1 + τ)^-a (0: no staleness weighting)."""
+    aggregator: str = "mean"
+    """How the buffered Δs combine: mean, median, trimmed_mean, krum, multi_krum."""
+    trim_beta: float = 0.1
+    krum_f: int = 1
+    krum_m: int = 1
+    norm_bound: float = 0.0
+    """Scale each Δ to at most this norm first (0: off)."""
+
+    @property
+    def aggregation(self) -> AggregationSettings:
+        return AggregationSettings(
+            self.aggregator, self.trim_beta, self.krum_f, self.krum_m, self.norm_bound
+        )
 
     def __post_init__(self) -> None:
         if self.buffer_size < 1:
@@ -40,6 +60,7 @@ class FedBuffSettings:
             raise ValueError(f"concurrency: {self.concurrency} must be >= 0")
         if self.staleness_exponent < 0:
             raise ValueError(f"staleness_exponent: {self.staleness_exponent} must be >= 0")
+        self.aggregation.check_clients(self.buffer_size)  # a one-line error on a bad rule
 
 
 class FedBuff(Scheduler):
@@ -69,8 +90,15 @@ class FedBuff(Scheduler):
         if not self.buffer:
             return None
         a = self.settings.staleness_exponent
-        direction = sum((1.0 + tau) ** -a * update.payload for update, tau in self.buffer)
         updates = [update for update, _ in self.buffer]
+        aggregation = self.settings.aggregation
+        if not aggregation.is_plain_mean:
+            rows = torch.stack([(1.0 + tau) ** -a * update.payload for update, tau in self.buffer])
+            self.buffer.clear()
+            # each client counts once, as in FedBuff's mean of the K buffered Δs
+            direction = aggregate(rows, [1.0] * len(updates), aggregation)
+            return Step(direction, clip=False, updates=updates)
+        direction = sum((1.0 + tau) ** -a * update.payload for update, tau in self.buffer)
         self.buffer.clear()
         # a model difference: not clipped like a gradient (clients clipped theirs)
         return Step(direction / len(updates), clip=False, updates=updates)

@@ -328,6 +328,8 @@ class Training:
                 runtime.settle()
                 raise Interrupted(self.stop_signal, self.checkpoint())
             starting = scheduler.ready(runtime.idle_workers(), global_model.version)
+            if not starting and scheduler.finished():
+                break  # it starts no more tasks, e.g. its privacy budget is spent
             if starting:
                 # shared by all tasks started together
                 snapshot = self.applier.snapshot(

@@ -16,26 +16,36 @@ first round that closes after it really arrived and admits it there with its
 staleness (asynchronous FL). Dropout is decided here, from the seeded draw, when a
 client is sampled: a client that drops out is never started and never reports, so
 the round time is that of the slowest surviving client.
+
+Hostile and private rounds (``AggregationSettings``, ``PrivacySettings``): the server may
+combine the round's Δs with a robust rule instead of the mean (``hybrid.aggregation``:
+median, trimmed mean, Krum, Multi-Krum, norm bounding), or run DP-FedAvg (``hybrid.privacy``:
+clip, sum, Gaussian noise, fixed denominator, with ε from ``dp-accounting``; a run can stop
+before a round would pass a target ε). With both off, a round is combined exactly as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
+from hybrid.aggregation import AggregationSettings, aggregate
 from hybrid.clients import (
+    DP_NOISE_STREAM,
     FEDERATED,
     SAMPLING_STREAM,
     clients_per_round,
     make_profiles,
     population,
 )
+from hybrid.privacy import DpFedAvg, PrivacySettings
 from hybrid.protocol import Payload, Step, TrainLocally, Update
 from hybrid.schedulers.base import Scheduler, Verdict
-from hybrid.seeding import stream
+from hybrid.seeding import int_seed, stream
 
 if TYPE_CHECKING:
     from hybrid.schedulers import SchedulerSettings
@@ -47,11 +57,14 @@ scheduler gives up: only a near-certain dropout or near-zero availability gets t
 
 @dataclass(frozen=True)
 class FedAvgSettings:
-    """fedavg's own settings: the sampled fraction C and the round deadline."""
+    """fedavg's own settings: the sampled fraction C, the round deadline, the server's
+    aggregation rule and DP-FedAvg."""
 
     client_fraction: float = 0.1
     round_deadline_s: float = 0.0
     late_policy: str = "drop"
+    aggregation: AggregationSettings = field(default_factory=AggregationSettings)
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
 
 
 class FedAvg(Scheduler):
@@ -68,7 +81,12 @@ class FedAvg(Scheduler):
         availability: float | Sequence[float] = 1.0,
         deadline_s: float = 0.0,
         late_policy: str = "drop",
+        aggregation: AggregationSettings | None = None,
+        privacy: PrivacySettings | None = None,
+        attackers: Sequence[int] = (),
     ) -> None:
+        """``attackers``: the Byzantine clients' ids (their own attack is the pool's), counted
+        per round in the metrics."""
         super().__init__(clients)
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"client_fraction: {fraction} is outside (0, 1]")
@@ -98,6 +116,7 @@ class FedAvg(Scheduler):
             0,
         )
         self.late_staleness = 0
+        self._init_hostile_rounds(clients, seed, aggregation, privacy, attackers)
 
     @classmethod
     def from_settings(cls, settings: SchedulerSettings) -> FedAvg:
@@ -112,6 +131,9 @@ class FedAvg(Scheduler):
             availability=[p.availability for p in profiles],
             deadline_s=own.round_deadline_s,
             late_policy=own.late_policy,
+            aggregation=own.aggregation,
+            privacy=own.privacy,
+            attackers=[p.client_id for p in profiles if p.attack],
         )
 
     # -- the protocol ------------------------------------------------------------------------
@@ -121,10 +143,11 @@ class FedAvg(Scheduler):
             # A pending client can only be idle if its task was lost (a parallel runtime
             # restarted its worker): start it again from the round's parameters.
             return sorted(w for w in idle if w in self.pending)
-        if not idle:
+        if not idle or self.finished():
             return []
         for _ in range(MAX_EMPTY_ROUNDS):
             survivors = self._sample_round(idle)
+            self._count_private_round()
             if survivors:
                 self.round_open = True
                 self.pending = set(survivors)
@@ -178,7 +201,7 @@ class FedAvg(Scheduler):
             if self._late(update):
                 self.counts["late_admitted"] += 1
                 self.late_staleness += staleness
-        step = super().combine()
+        step = self._combine_hostile() if self.hostile_combine else super().combine()
         self.buffer = waiting
         if step is not None:
             step.clip = False  # a model difference; the clients clipped their gradients
@@ -190,7 +213,7 @@ class FedAvg(Scheduler):
         row["sched/late_held"] = sum(self._late(u) for u, _ in self.buffer)
         if self.counts["late_admitted"]:
             row["sched/late_staleness_mean"] = self.late_staleness / self.counts["late_admitted"]
-        return row
+        return row | self._hostile_metrics()
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -201,6 +224,7 @@ class FedAvg(Scheduler):
             "round_closes_s": self.round_closes_s,
             "counts": dict(self.counts),
             "late_staleness": self.late_staleness,
+            **self._hostile_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -211,6 +235,7 @@ class FedAvg(Scheduler):
         self.round_closes_s = float(state["round_closes_s"])
         self.counts = {name: int(value) for name, value in state["counts"].items()}
         self.late_staleness = int(state["late_staleness"])
+        self._load_hostile_state(state)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -222,16 +247,101 @@ class FedAvg(Scheduler):
             candidates = candidates[reachable]
         if len(candidates) == 0:
             return []
-        chosen = self.rng.choice(
-            candidates, size=min(self.per_round, len(candidates)), replace=False
-        )
+        if self.privacy.enabled and self.privacy.sampling == "poisson":
+            # DP-FedAvg's Poisson sampling: each client independently, q = m / K
+            taken = self.rng.random(len(candidates)) < self.per_round / self.workers
+            chosen = candidates[taken]
+        else:
+            chosen = self.rng.choice(
+                candidates, size=min(self.per_round, len(candidates)), replace=False
+            )
         chosen.sort()
+        self.byzantine_sampled += int(self.attacker_mask[chosen].sum())
         self.counts["sampled"] += len(chosen)
         if (self.dropout > 0).any():
             stays = self.rng.random(len(chosen)) >= self.dropout[chosen]
             self.counts["dropouts"] += int((~stays).sum())
             chosen = chosen[stays]
         return [int(c) for c in chosen]
+
+    # -- hostile and private rounds: robust aggregation, Byzantine counts, DP-FedAvg ------------
+
+    def _init_hostile_rounds(
+        self,
+        clients: int,
+        seed: int,
+        aggregation: AggregationSettings | None,
+        privacy: PrivacySettings | None,
+        attackers: Sequence[int],
+    ) -> None:
+        self.aggregation = aggregation or AggregationSettings()
+        self.privacy = privacy or PrivacySettings()
+        if self.privacy.enabled and not self.aggregation.is_plain_mean:
+            raise ValueError("dp_clip: DP-FedAvg aggregates with the mean; leave aggregator mean")
+        self.aggregation.check_clients(self.per_round)
+        self.privacy.check_round(clients, self.per_round)
+        self.attacker_mask = np.zeros(clients, dtype=bool)
+        self.attacker_mask[list(attackers)] = True
+        self.byzantine_sampled = 0
+        self.byzantine_received = 0
+        self.dp: DpFedAvg | None = None
+        if self.privacy.enabled:
+            generator = torch.Generator().manual_seed(
+                int_seed(stream(seed, FEDERATED, DP_NOISE_STREAM))
+            )
+            self.dp = DpFedAvg(self.privacy, clients, self.per_round, generator)
+        self.hostile_combine = self.dp is not None or not self.aggregation.is_plain_mean
+
+    def finished(self) -> bool:
+        """True once another round would spend more privacy than the target ε allows."""
+        return self.dp is not None and not self.dp.accountant.allows_another_round()
+
+    def _count_private_round(self) -> None:
+        # Every draw is a release of DP-FedAvg, also one that sampled nobody (Poisson): the
+        # accountant charges it, which can only overstate ε.
+        if self.dp is not None:
+            self.dp.accountant.rounds += 1
+
+    def _combine_hostile(self) -> Step | None:
+        """The round's buffered Δs under the robust rule, or DP-FedAvg's noised mean."""
+        updates = [u for u, _ in self.buffer]
+        self.buffer.clear()
+        if not updates:
+            return None
+        self.byzantine_received += sum(bool(self.attacker_mask[u.worker_id]) for u in updates)
+        deltas = torch.stack([u.payload for u in updates])
+        if self.dp is not None:
+            direction = self.dp.aggregate(deltas)
+        else:
+            direction = aggregate(deltas, [u.weight for u in updates], self.aggregation)
+        return Step(direction, clip=False, updates=updates)
+
+    def _hostile_metrics(self) -> dict[str, float]:
+        row: dict[str, float] = {}
+        if self.attacker_mask.any():
+            row["sched/byzantine_clients"] = int(self.attacker_mask.sum())
+            row["sched/byzantine_sampled"] = self.byzantine_sampled
+            row["sched/byzantine_received"] = self.byzantine_received
+        if self.dp is not None:
+            row |= {f"sched/{name}": value for name, value in self.dp.metrics().items()}
+            if self.privacy.target_epsilon:
+                row["sched/dp_target_epsilon"] = self.privacy.target_epsilon
+                row["sched/dp_target_reached"] = float(self.finished())
+        return row
+
+    def _hostile_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if self.attacker_mask.any():
+            state["byzantine"] = [self.byzantine_sampled, self.byzantine_received]
+        if self.dp is not None:
+            state["dp"] = self.dp.state_dict()
+        return state
+
+    def _load_hostile_state(self, state: dict[str, Any]) -> None:
+        if "byzantine" in state:
+            self.byzantine_sampled, self.byzantine_received = map(int, state["byzantine"])
+        if self.dp is not None and "dp" in state:
+            self.dp.load_state_dict(state["dp"])
 
     def _late(self, update: Update) -> bool:
         return self.deadline_s > 0 and update.cost_s > self.deadline_s
