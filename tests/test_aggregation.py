@@ -134,7 +134,7 @@ def test_the_trimmed_mean_holds_up_to_beta_n_rows():
 
 def test_krum_picks_an_honest_row_when_n_exceeds_2f_plus_2():
     n, f = 9, 3  # 9 > 2·3 + 2
-    x, honest = poisoned(n, f)
+    x, _ = poisoned(n, f)
     assert all(i >= f for i in krum_selection(x, f, 1))
     assert all(i >= f for i in krum_selection(x, f, n - f))  # Multi-Krum's m ≤ n − f
     # f colluding rows placed together: still the honest cluster wins
