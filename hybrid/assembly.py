@@ -128,6 +128,7 @@ def client_settings(cfg: TrainConfig) -> ClientSettings:
         byzantine_fraction=cfg.byzantine_fraction,
         byzantine_attack=cfg.byzantine_attack,
         byzantine_scale=cfg.byzantine_scale,
+        client_trace=cfg.client_trace,
         step_cost_s=cfg.step_cost_s,
         task_overhead_s=cfg.task_overhead_s,
         jitter_sigma=cfg.jitter_sigma,

@@ -144,6 +144,8 @@ class ClientSettings:
     """Share of the K clients that are Byzantine, round(fraction·K) of them, drawn by seed."""
     byzantine_attack: str = "sign_flip"
     byzantine_scale: float = 4.0
+    client_trace: str = ""
+    """A client trace file (hybrid/traces.py): its speeds and links replace the drawn ones."""
     # the virtual clock's costs of a client task (ClientCostModel); not part of the draw
     step_cost_s: float = 1e-4
     task_overhead_s: float = 1e-3
@@ -181,6 +183,7 @@ _PROFILE_FIELDS = (
     "client_availability",
     "byzantine_fraction",
     "byzantine_attack",
+    "client_trace",
 )
 
 
@@ -213,6 +216,14 @@ def _profiles(key: tuple[Any, ...]) -> tuple[ClientProfile, ...]:
     sigma = f["client_link_sigma"]
     up = f["client_uplink_mbps"] * (rng.lognormal(0.0, sigma, size=k) if sigma else np.ones(k))
     down = f["client_downlink_mbps"] * (rng.lognormal(0.0, sigma, size=k) if sigma else np.ones(k))
+
+    if f["client_trace"]:  # measured (or synthetic) devices instead of the drawn ones
+        from hybrid.traces import load_trace
+
+        rows = load_trace(f["client_trace"], k).clients
+        slowness = np.array([1.0 / row.compute_speed for row in rows])
+        up = np.array([row.uplink_mbps for row in rows])
+        down = np.array([row.downlink_mbps for row in rows])
 
     attacks = [""] * k
     hostile = round(f["byzantine_fraction"] * k)

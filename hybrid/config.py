@@ -243,6 +243,9 @@ class TrainConfig:
     """fedavg DP-FedAvg: adaptive clipping's geometric step eta_C."""
     dp_count_noise: float = 0.0
     """fedavg DP-FedAvg: adaptive clipping's count noise sigma_b (0: clients per round / 20)."""
+    client_trace: str = ""
+    """fedavg: a client trace file (JSON or CSV, hybrid/traces.py): per client compute speed,
+    links and availability intervals over virtual time; serial runtime only."""
     client_eval_clients: int = 50
     """Clients (a seeded sample) whose own env variant the final model is evaluated on."""
     client_eval_episodes: int = 2
@@ -616,6 +619,29 @@ class TrainConfig:
             if self.codec != "none":
                 raise ConfigError("codec: DP-FedAvg clips the Δs as sent; use --codec none")
         privacy.check_round(k, per_round)
+        self._check_trace()
+
+    def _check_trace(self) -> None:
+        if not self.client_trace:
+            return
+        from hybrid.traces import load_trace
+
+        if self.scheduler != "fedavg" or self.clients is None:
+            raise ConfigError(
+                "client_trace: drives fedavg's edge clients; use --scheduler fedavg --clients K"
+            )
+        if self.runtime != "serial":
+            raise ConfigError(f"client_trace: {VIRTUAL_ONLY}")
+        if self.cluster != "homogeneous" or self.client_link_sigma:
+            raise ConfigError(
+                "client_trace: the trace sets each client's speed and links; leave cluster "
+                "homogeneous and client_link_sigma 0"
+            )
+        if self.dp_clip:
+            raise ConfigError(
+                "client_trace: DP-FedAvg's accountant assumes every client can be sampled"
+            )
+        load_trace(self.client_trace, self.clients)
 
     def _check_no_dead_flags(self, multiagent: bool) -> None:
         """A field changed from its default where it has no effect is refused: a run (or a
@@ -787,6 +813,7 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
         "dp_clip_lr",
         "dp_count_noise",
     ),
+    "traces": ("client_trace",),
     "federated": ("client_eval_clients", "client_eval_episodes"),
     "serial": (
         "cluster",

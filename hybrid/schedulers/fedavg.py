@@ -46,6 +46,7 @@ from hybrid.privacy import DpFedAvg, PrivacySettings
 from hybrid.protocol import Payload, Step, TrainLocally, Update
 from hybrid.schedulers.base import Scheduler, Verdict
 from hybrid.seeding import int_seed, stream
+from hybrid.traces import Trace, load_trace
 
 if TYPE_CHECKING:
     from hybrid.schedulers import SchedulerSettings
@@ -84,6 +85,7 @@ class FedAvg(Scheduler):
         aggregation: AggregationSettings | None = None,
         privacy: PrivacySettings | None = None,
         attackers: Sequence[int] = (),
+        trace: Trace | None = None,
     ) -> None:
         """``attackers``: the Byzantine clients' ids (their own attack is the pool's), counted
         per round in the metrics."""
@@ -117,6 +119,11 @@ class FedAvg(Scheduler):
         )
         self.late_staleness = 0
         self._init_hostile_rounds(clients, seed, aggregation, privacy, attackers)
+        self.trace = trace
+        self.trace_wait_s = 0.0
+        """Trace seconds spent waiting for a client to come online (not on the runtime's clock)."""
+        self.trace_round_start_s = 0.0
+        self.trace_left = 0
 
     @classmethod
     def from_settings(cls, settings: SchedulerSettings) -> FedAvg:
@@ -134,6 +141,9 @@ class FedAvg(Scheduler):
             aggregation=own.aggregation,
             privacy=own.privacy,
             attackers=[p.client_id for p in profiles if p.attack],
+            trace=load_trace(settings.clients.client_trace, population(settings.clients))
+            if settings.clients.client_trace
+            else None,
         )
 
     # -- the protocol ------------------------------------------------------------------------
@@ -170,6 +180,9 @@ class FedAvg(Scheduler):
             )
         self.pending.discard(update.worker_id)
         self.round_closes_s = max(self.round_closes_s, self._arrival_s(update))
+        if self.trace is not None and self._went_offline(update):
+            self.trace_left += 1
+            return Verdict.DROP
         if self._late(update):
             if self.late_policy == "drop":
                 self.counts["late_dropped"] += 1
@@ -213,6 +226,9 @@ class FedAvg(Scheduler):
         row["sched/late_held"] = sum(self._late(u) for u, _ in self.buffer)
         if self.counts["late_admitted"]:
             row["sched/late_staleness_mean"] = self.late_staleness / self.counts["late_admitted"]
+        if self.trace is not None:
+            row["sched/trace_wait_s"] = self.trace_wait_s
+            row["sched/trace_left"] = self.trace_left
         return row | self._hostile_metrics()
 
     def state_dict(self) -> dict[str, Any]:
@@ -225,6 +241,11 @@ class FedAvg(Scheduler):
             "counts": dict(self.counts),
             "late_staleness": self.late_staleness,
             **self._hostile_state(),
+            **(
+                {"trace": [self.trace_wait_s, self.trace_round_start_s, self.trace_left]}
+                if self.trace is not None
+                else {}
+            ),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -236,6 +257,9 @@ class FedAvg(Scheduler):
         self.counts = {name: int(value) for name, value in state["counts"].items()}
         self.late_staleness = int(state["late_staleness"])
         self._load_hostile_state(state)
+        if "trace" in state:
+            wait, start, left = state["trace"]
+            self.trace_wait_s, self.trace_round_start_s, self.trace_left = wait, start, int(left)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -245,6 +269,8 @@ class FedAvg(Scheduler):
         if (self.availability < 1).any():
             reachable = self.rng.random(len(candidates)) < self.availability[candidates]
             candidates = candidates[reachable]
+        if self.trace is not None:
+            candidates = self._online(candidates)
         if len(candidates) == 0:
             return []
         if self.privacy.enabled and self.privacy.sampling == "poisson":
@@ -342,6 +368,31 @@ class FedAvg(Scheduler):
             self.byzantine_sampled, self.byzantine_received = map(int, state["byzantine"])
         if self.dp is not None and "dp" in state:
             self.dp.load_state_dict(state["dp"])
+
+    # -- trace-driven availability (hybrid.traces) ------------------------------------------
+
+    def _online(self, candidates: np.ndarray) -> np.ndarray:
+        """The candidates online when this round starts on the trace's clock: the runtime's
+        time at the last round's close plus the waits so far. When none is, the round waits
+        (on the trace's clock only) for the first to come online."""
+        assert self.trace is not None
+        now = self.round_closes_s + self.trace_wait_s
+        online = [c for c in candidates if self.trace.available(int(c), now)]
+        if not online:
+            start = min(self.trace.next_online(int(c), now) for c in candidates)
+            if start == float("inf"):
+                return candidates[:0]
+            self.trace_wait_s += start - now
+            now = start
+            online = [c for c in candidates if self.trace.available(int(c), now)]
+        self.trace_round_start_s = now
+        return np.asarray(online, dtype=np.int64)
+
+    def _went_offline(self, update: Update) -> bool:
+        """Whether the client's interval ended before its upload did (FedScale's dropout)."""
+        assert self.trace is not None
+        until = self.trace.online_until(update.worker_id, self.trace_round_start_s)
+        return self.trace_round_start_s + update.cost_s > until
 
     def _late(self, update: Update) -> bool:
         return self.deadline_s > 0 and update.cost_s > self.deadline_s
