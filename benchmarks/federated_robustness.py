@@ -17,7 +17,11 @@ Tables (``--tables``):
   at 20 %, mean against median;
 - ``dp``: DP-FedAvg, clip C = 1, fixed-size sampling, σ ∈ {0, 0.1, 0.3, 1}: return, ε at
   δ = 1e-5 after the run's rounds (dp-accounting's RDP accountant), the share of Δs unclipped;
-- ``fedopt``: FedAdam (server lr 0.03, τ = 1e-3) with local Adam against local SGD.
+- ``fedopt``: FedAdam (server lr 0.03, τ = 1e-3) with local Adam against local SGD;
+- ``trace``: FedAvg with every client always online against FedAvg driven by the example
+  diurnal trace (``examples/traces/diurnal_20_clients.json``: a day compressed into 0.5
+  virtual seconds, each client online 8 "hours" of it): return, clients sampled, Δs lost
+  to clients going offline mid-round, virtual time.
 
 Prints Markdown, mean ± standard deviation over seeds and every run's value; every run
 (also a diverged one: return null) is appended to ``--out`` so a long measurement can be
@@ -99,8 +103,12 @@ def table_jobs(table: str) -> list[tuple[str, str, dict[str, Any]]]:
             jobs.append(
                 ("FedAdam", f"local SGD lr {lr}", server | dict(local_optimizer="sgd", local_lr=lr))
             )
+    elif table == "trace":
+        trace = str(Path(__file__).resolve().parents[1] / "examples/traces/diurnal_20_clients.json")
+        jobs.append(("FedAvg", "always online", {}))
+        jobs.append(("FedAvg", "diurnal trace", dict(client_trace=trace)))
     else:
-        raise SystemExit(f"--tables: unknown {table!r}; choose robust, attacks, dp, fedopt")
+        raise SystemExit(f"--tables: unknown {table!r}; choose robust, attacks, dp, fedopt, trace")
     return jobs
 
 
@@ -111,7 +119,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         try:
-            summary = hybrid.train(TrainConfig(**config, out=f"{tmp}/run")).summary
+            summary = hybrid.train(TrainConfig(**config, out=f"{tmp}/run", progress=False)).summary
         except hybrid.errors.ConfigError:
             raise
         except Exception as exc:  # a diverged run is counted, not dropped
@@ -162,6 +170,8 @@ def main() -> None:
                             "dp_unclipped_fraction",
                             "byzantine_sampled",
                             "sampled",
+                            "trace_left",
+                            "virtual_time_s",
                             "wall_s",
                             "error",
                         )
@@ -186,6 +196,18 @@ def print_table(table: str, rows: dict[str, dict[str, list[dict[str, Any]]]]) ->
             print(
                 f"| {row} | {fmt([r['final_eval_return'] for r in records])} | "
                 f"{fmt(eps, 1)} | {fmt(unclipped, 2)} |"
+            )
+        return
+    if table == "trace":
+        print("| clients | final return | sampled | Δs lost offline | virtual s |")
+        print("| --- | --- | --- | --- | --- |")
+        for column in columns:
+            records = rows["FedAvg"][column]
+            print(
+                f"| {column} | {fmt([r['final_eval_return'] for r in records])} | "
+                f"{fmt([r['sampled'] for r in records])} | "
+                f"{fmt([r.get('trace_left') or 0 for r in records])} | "
+                f"{fmt([r['virtual_time_s'] for r in records], 2)} |"
             )
         return
     print("| | " + " | ".join(columns) + " |")

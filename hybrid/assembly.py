@@ -18,7 +18,7 @@ from hybrid.aggregation import AggregationSettings
 from hybrid.algorithms import ALGORITHMS, A2CSettings, AlgoSettings, NetSettings, NStepQSettings
 from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
 from hybrid.atari import AtariSettings
-from hybrid.clients import ClientSettings
+from hybrid.clients import ENV_ATTACKS, ClientSettings
 from hybrid.cluster_profile import is_profile_path
 from hybrid.core.global_model import GlobalModel, ServerSettings, build_global_model
 from hybrid.core.worker import WorkerSettings
@@ -141,6 +141,11 @@ def normalization_settings(cfg: TrainConfig) -> NormalizationSettings:
     )
 
 
+def _client_envs_differ(cfg: TrainConfig) -> bool:
+    env_attack = cfg.byzantine_fraction > 0 and cfg.byzantine_attack in ENV_ATTACKS
+    return cfg.client_dynamics != "iid" or env_attack
+
+
 def worker_settings(cfg: TrainConfig) -> WorkerSettings:
     return WorkerSettings(
         algo=algo_settings(cfg),
@@ -153,7 +158,8 @@ def worker_settings(cfg: TrainConfig) -> WorkerSettings:
         codec=cfg.codec,
         topk_ratio=cfg.topk_ratio,
         error_feedback=cfg.error_feedback,
-        clients=client_settings(cfg) if cfg.client_dynamics != "iid" else None,
+        # set when a worker's env differs by client: its variant, or a Byzantine env attack
+        clients=client_settings(cfg) if _client_envs_differ(cfg) else None,
         local_max_grad_norm=cfg.max_grad_norm,
         local_rmsprop_alpha=cfg.rmsprop_alpha,
     )

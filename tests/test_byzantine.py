@@ -150,3 +150,24 @@ def _client_settings(cfg: TrainConfig) -> ClientSettings:
     from hybrid.assembly import client_settings
 
     return client_settings(cfg)
+
+
+@pytest.mark.parametrize("attack", ["reward_flip", "random_policy"])
+def test_an_env_attack_reaches_the_clients_envs_in_a_run(tiny_config, attack):
+    """With iid clients too: the attackers' envs are wrapped, so the run differs."""
+
+    def final(**changes) -> str:
+        cfg = tiny_config(
+            scheduler="fedavg",
+            clients=4,
+            client_fraction=1.0,
+            local_steps=2,
+            total_env_steps=160,
+            client_eval_clients=1,
+            **changes,
+        )
+        return hybrid.train(cfg.replace(out=cfg.out + "_" + str(len(changes)))).summary[
+            "final_params_sha256"
+        ]
+
+    assert final() != final(byzantine_fraction=0.5, byzantine_attack=attack)
