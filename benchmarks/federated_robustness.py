@@ -13,8 +13,8 @@ Tables (``--tables``):
 
 - ``robust``: aggregator (mean, coordinate-wise median, trimmed mean β = 0.3, Krum f = 3)
   × attack (sign flip −4Δ, scaled 4Δ) × {0, 10, 20, 30} % Byzantine clients;
-- ``attacks``: the other attacks (Gaussian noise, random-policy agent, reward-flipping env)
-  at 20 %, mean against median;
+- ``attacks``: the other attacks (Gaussian noise, random-policy agent, reward-flipping env,
+  and the scaled Δ at s = 20) at 20 %, mean against median;
 - ``dp``: DP-FedAvg, clip C = 1, fixed-size sampling, σ ∈ {0, 0.1, 0.3, 1}: return, ε at
   δ = 1e-5 after the run's rounds (dp-accounting's RDP accountant), the share of Δs unclipped;
 - ``fedopt``: FedAdam (server lr 0.03, τ = 1e-3) with local Adam against local SGD;
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -85,12 +86,18 @@ def table_jobs(table: str) -> list[tuple[str, str, dict[str, Any]]]:
                         (row, f"{fraction:.0%}", rule | hostile | {"byzantine_scale": SCALE})
                     )
     elif table == "attacks":
-        for attack in ("gaussian", "random_policy", "reward_flip"):
+        for attack, scale in (
+            ("gaussian", SCALE),
+            ("random_policy", SCALE),
+            ("reward_flip", SCALE),
+            ("scale", 20.0),
+        ):
             for name in ("mean", "median"):
                 changes = AGGREGATORS[name] | dict(
-                    byzantine_fraction=0.2, byzantine_attack=attack, byzantine_scale=SCALE
+                    byzantine_fraction=0.2, byzantine_attack=attack, byzantine_scale=scale
                 )
-                jobs.append((attack, name, changes))
+                row = attack if scale == SCALE else f"{attack} (s={scale:g})"
+                jobs.append((row, name, changes))
     elif table == "dp":
         for sigma in (0.0, 0.1, 0.3, 1.0):
             jobs.append(
@@ -133,6 +140,8 @@ def fmt(values: list[float | None], digits: int = 0) -> str:
     failed = len(values) - len(ok)
     if not ok:
         return f"diverged ×{failed}"
+    if any(math.isinf(v) for v in ok):
+        return "∞" if all(math.isinf(v) for v in ok) else "∞ in some runs"
     mean = statistics.fmean(ok)
     sd = statistics.stdev(ok) if len(ok) > 1 else 0.0
     each = ", ".join("–" if v is None else f"{v:.{digits}f}" for v in values)
@@ -210,8 +219,9 @@ def print_table(table: str, rows: dict[str, dict[str, list[dict[str, Any]]]]) ->
                 f"{fmt([r['virtual_time_s'] for r in records], 2)} |"
             )
         return
-    print("| | " + " | ".join(columns) + " |")
-    print("| --- " * (len(columns) + 1) + "|")
+    first = "attack | aggregator" if table == "robust" else ""
+    print(f"| {first} | " + " | ".join(columns) + " |")
+    print("| --- " * (len(columns) + 1 + bool(first)) + "|")
     for row, cells in rows.items():
         values = [fmt([r["final_eval_return"] for r in cells[c]]) for c in columns]
         print(f"| {row} | " + " | ".join(values) + " |")
