@@ -18,10 +18,11 @@ Tables (``--tables``):
 - ``dp``: DP-FedAvg, clip C = 1, fixed-size sampling, σ ∈ {0, 0.1, 0.3, 1}: return, ε at
   δ = 1e-5 after the run's rounds (dp-accounting's RDP accountant), the share of Δs unclipped;
 - ``fedopt``: FedAdam (server lr 0.03, τ = 1e-3) with local Adam against local SGD;
-- ``trace``: FedAvg with every client always online against FedAvg driven by the example
-  diurnal trace (``examples/traces/diurnal_20_clients.json``: a day compressed into 0.5
-  virtual seconds, each client online 8 "hours" of it): return, clients sampled, Δs lost
-  to clients going offline mid-round, virtual time.
+- ``trace``: FedAvg and FedBuff (K = 10 buffered Δs, 10 clients training at once,
+  staleness exponent 0.5), every client always online against the example diurnal trace
+  (``examples/traces/diurnal_20_clients.json``: a day compressed into 0.5 virtual seconds,
+  each client online 8 "hours" of it): return, server steps, Δs lost
+  to clients going offline before their upload finished, virtual time.
 
 Prints Markdown, mean ± standard deviation over seeds and every run's value; every run
 (also a diverged one: return null) is appended to ``--out`` so a long measurement can be
@@ -112,8 +113,18 @@ def table_jobs(table: str) -> list[tuple[str, str, dict[str, Any]]]:
             )
     elif table == "trace":
         trace = str(Path(__file__).resolve().parents[1] / "examples/traces/diurnal_20_clients.json")
+        fedbuff = dict(
+            scheduler=str(Path(__file__).resolve().parents[1] / "examples/schedulers/fedbuff.py")
+            + ":FedBuff",
+            scheduler_args=dict(buffer_size=10, concurrency=10, staleness_exponent=0.5),
+        )
         jobs.append(("FedAvg", "always online", {}))
         jobs.append(("FedAvg", "diurnal trace", dict(client_trace=trace)))
+        jobs.append(("FedBuff", "always online", fedbuff))
+        traced = dict(fedbuff["scheduler_args"], client_trace=trace)
+        jobs.append(
+            ("FedBuff", "diurnal trace", fedbuff | dict(scheduler_args=traced, client_trace=trace))
+        )
     else:
         raise SystemExit(f"--tables: unknown {table!r}; choose robust, attacks, dp, fedopt, trace")
     return jobs
@@ -208,16 +219,16 @@ def print_table(table: str, rows: dict[str, dict[str, list[dict[str, Any]]]]) ->
             )
         return
     if table == "trace":
-        print("| clients | final return | sampled | Δs lost offline | virtual s |")
-        print("| --- | --- | --- | --- | --- |")
-        for column in columns:
-            records = rows["FedAvg"][column]
-            print(
-                f"| {column} | {fmt([r['final_eval_return'] for r in records])} | "
-                f"{fmt([r['sampled'] for r in records])} | "
-                f"{fmt([r.get('trace_left') or 0 for r in records])} | "
-                f"{fmt([r['virtual_time_s'] for r in records], 2)} |"
-            )
+        print("| scheduler | clients | final return | server steps | Δs lost offline | virtual s |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for row, cells in rows.items():
+            for column, records in cells.items():
+                print(
+                    f"| {row} | {column} | {fmt([r['final_eval_return'] for r in records])} | "
+                    f"{fmt([r['updates'] for r in records])} | "
+                    f"{fmt([r.get('trace_left') or 0 for r in records])} | "
+                    f"{fmt([r['virtual_time_s'] for r in records], 2)} |"
+                )
         return
     first = "attack | aggregator" if table == "robust" else ""
     print(f"| {first} | " + " | ".join(columns) + " |")

@@ -244,8 +244,9 @@ class TrainConfig:
     dp_count_noise: float = 0.0
     """fedavg DP-FedAvg: adaptive clipping's count noise sigma_b (0: clients per round / 20)."""
     client_trace: str = ""
-    """fedavg: a client trace file (JSON or CSV, hybrid/traces.py): per client compute speed,
-    links and availability intervals over virtual time; serial runtime only."""
+    """Edge clients' trace file (JSON or CSV, hybrid/traces.py): per client compute speed,
+    links and availability intervals over virtual time, for fedavg (FedBuff: also pass it as
+    its client_trace argument); serial runtime only."""
     client_eval_clients: int = 50
     """Clients (a seeded sample) whose own env variant the final model is evaluated on."""
     client_eval_episodes: int = 2
@@ -624,11 +625,16 @@ class TrainConfig:
     def _check_trace(self) -> None:
         if not self.client_trace:
             return
+        from hybrid import registry
         from hybrid.traces import load_trace
 
-        if self.scheduler != "fedavg" or self.clients is None:
+        # fedavg reads availability from it; a scheduler of yours may (FedBuff's client_trace
+        # argument); the other built-ins would ignore it.
+        ignored = self.scheduler in registry.SCHEDULERS and self.scheduler != "fedavg"
+        if ignored or self.clients is None:
             raise ConfigError(
-                "client_trace: drives fedavg's edge clients; use --scheduler fedavg --clients K"
+                "client_trace: drives edge clients under fedavg (or a scheduler of yours that "
+                "reads it, such as FedBuff); use --scheduler fedavg --clients K"
             )
         if self.runtime != "serial":
             raise ConfigError(f"client_trace: {VIRTUAL_ONLY}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -139,3 +140,23 @@ def test_a_traced_run_shows_the_trace_in_its_spans(tiny_config):
     assert len(dropped) == summary["trace_left"]
     first_round = [s for s in spans if s["base_version"] == 0]
     assert first_round and all(trace.available(s["worker"], s["start"]) for s in first_round)
+
+
+def test_fedbuff_starts_only_online_clients_and_drops_leavers(tmp_path):
+    from hybrid.schedulers import make_settings, resolve_scheduler
+
+    examples = Path(__file__).parents[1] / "examples" / "schedulers"
+    fedbuff = resolve_scheduler(f"{examples / 'fedbuff.py'}:FedBuff").cls
+    rows = [row(c, [[0, 1]]) for c in range(3)] + [row(c, [[5, 6]]) for c in range(3, 6)]
+    path = write(tmp_path, rows)
+    s = fedbuff(6, make_settings(fedbuff, {"buffer_size": "2", "client_trace": path}))
+    s.bind(None, np.random.default_rng(0))  # type: ignore[arg-type]
+    assert s.ready(list(range(6)), 0) == [0, 1, 2]
+    assert s.admit(_delta(0, 0.5), 0).name == "BUFFER"
+    assert s.admit(_delta(1, 1.5), 0).name == "DROP"  # offline at t = 1, before it finished
+    assert s.ready([1, 3, 4, 5], 0) == []  # t = 1.5: nobody idle is online, client 2 trains
+    assert s.admit(_delta(2, 0.9), 0).name == "BUFFER"
+    assert s.full() and s.metrics() == {"sched/trace_left": 1}
+    s.combine()
+    assert s.ready(list(range(6)), 1) == [3, 4, 5]  # nobody trains: wait until t = 5
+    assert s.clock_s == 5.0
