@@ -78,14 +78,15 @@ def table_jobs(table: str) -> list[tuple[str, str, dict[str, Any]]]:
             for name, rule in AGGREGATORS.items():
                 for fraction in FRACTIONS:
                     hostile = (
-                        dict(byzantine_fraction=fraction, byzantine_attack=attack)
+                        dict(
+                            byzantine_fraction=fraction,
+                            byzantine_attack=attack,
+                            byzantine_scale=SCALE,
+                        )
                         if fraction
-                        else {}
+                        else {}  # the clean run, shared by both attacks
                     )
-                    row = f"{attack} | {name}"
-                    jobs.append(
-                        (row, f"{fraction:.0%}", rule | hostile | {"byzantine_scale": SCALE})
-                    )
+                    jobs.append((f"{attack} | {name}", f"{fraction:.0%}", rule | hostile))
     elif table == "attacks":
         for attack, scale in (
             ("gaussian", SCALE),

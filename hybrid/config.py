@@ -580,6 +580,23 @@ class TrainConfig:
             for name in FIELD_OWNERS["aggregation"] + FIELD_OWNERS["privacy"]
             if getattr(self, name) != getattr(defaults, name)
         ]
+        needs = {  # a knob refused where it would do nothing
+            "trim_beta": (self.aggregator == "trimmed_mean", "with aggregator trimmed_mean"),
+            "krum_f": (self.aggregator in ("krum", "multi_krum"), "with aggregator krum"),
+            "krum_m": (self.aggregator == "multi_krum", "with aggregator multi_krum"),
+            "byzantine_attack": (self.byzantine_fraction > 0, "with byzantine_fraction > 0"),
+            "byzantine_scale": (self.byzantine_fraction > 0, "with byzantine_fraction > 0"),
+            **{
+                name: (self.dp_clip > 0, "with dp_clip > 0 (DP-FedAvg)")
+                for name in FIELD_OWNERS["privacy"]
+                if name != "dp_clip"
+            },
+        }
+        for name, (applies, when) in needs.items():
+            if getattr(self, name) != getattr(defaults, name) and not applies:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} has no effect here; it applies only {when}"
+                )
         if server and self.scheduler != "fedavg":
             raise ConfigError(
                 f"{server[0]}: applies only with --scheduler fedavg (FedBuff and your own "
