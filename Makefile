@@ -13,7 +13,7 @@ TORCH ?= $(if $(HAS_GPU),torch==2.13.0,torch==2.13.0+cpu)
 TORCH_INDEX ?=
 EXTRAS ?= dev
 
-.PHONY: setup demo test wheel-smoke docs lint bench peers clean
+.PHONY: setup demo test wheel-smoke docs lint bench peers clean mutation
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,13 @@ test: setup
 	$(BIN)/ruff check .
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
+# Mutation testing (mutmut) of the schedulers, stats, FedOpt and V-trace, each module against
+# its own unit tests; prints each module's score. Slow (tens of minutes): not part of `make
+# test`. `make mutation MODULES=hybrid/fedopt.py` for some of them (.ci/mutation.py).
+MODULES ?=
+mutation: setup
+	WANDB_MODE=offline $(BIN)/python .ci/mutation.py --list-survivors $(MODULES)
+
 # The built wheel in a fresh venv outside the repo: --version, a short train, a notebook.
 wheel-smoke: setup
 	PYTHON=$(abspath $(BIN))/python TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" bash .ci/wheel_smoke.sh
@@ -48,7 +55,7 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/cartpole.py
 
-# The peers of issue 18 (SB3, TorchRL, Flower) in a venv of their own: Flower pins a ray
+# The peers the performance targets are measured against (SB3, TorchRL, Flower) in a venv of their own: Flower pins a ray
 # that conflicts with hybrid's. benchmarks/cartpole.py and perf_compare.py use it when present.
 PEERS_VENV ?= .venv-peers
 

@@ -2,6 +2,8 @@
 
     python benchmarks/faults.py [workers] [--runs 10] [--kills 5] [--runtimes processes ray]
     python benchmarks/faults.py resume [--kills 50] [--budget 4000] [--checkpoint-every 5]
+        [--scheduler async|hybrid|fedavg...]
+    python benchmarks/faults.py ray [--kills 3]
 
 ``workers``: for each runtime, ``--runs`` seeds are trained twice: once fault-free and once with
 ``--kills`` workers SIGKILLed at seeded random times (``--inject-worker-faults``,
@@ -16,8 +18,16 @@ metrics row to its end, drawn from ``--seed``) and resumed with ``--resume`` unt
 finishes (a run killed before its first checkpoint starts over, as a user would). The
 table reports runs completed, metrics.jsonl
 rows lost or duplicated against the uninterrupted run (train and eval rows, keyed by kind
-and env steps; target 0), torn lines, and final parameter hashes equal to the
-uninterrupted run's (target: all). Each run is a child forked from this process, which
+and env steps; target 0), rows changed (same key, other values: every column but the
+wall-clock ones; target 0), torn lines, and final parameter hashes equal to the
+uninterrupted run's (target: all). ``--scheduler hybrid`` checks the actor-learner's rows
+(its loss and policy-lag columns average the learner steps since the previous row).
+
+``ray``: ``hybrid train --runtime ray`` and ``hybrid sweep --backend ray`` are each started
+``--kills`` times and SIGKILLed once their first run is training; the table counts the
+processes of their local Ray (found by its private folder in their command line or
+environment) still alive, and private folders still on disk, 60 s after each kill
+(target: 0 and 0). Each run is a child forked from this process, which
 has imported torch and trained the uninterrupted run already, so a trial costs the
 training it runs, not imports and first-call set-up.
 
@@ -27,6 +37,7 @@ Nothing asserts on time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -45,7 +56,7 @@ from hybrid import TrainConfig
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", nargs="?", choices=("workers", "resume"), default="workers")
+    parser.add_argument("study", nargs="?", choices=("workers", "resume", "ray"), default="workers")
     parser.add_argument("--runs", type=int, default=10, help="workers: seeds per runtime")
     parser.add_argument(
         "--kills", type=int, default=None, help="workers: per run (5); resume: runs killed (50)"
@@ -58,6 +69,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.study == "resume":
         resume_study(args.kills or 50, args.budget or 4_000, args)
+    elif args.study == "ray":
+        ray_study(args.kills or 3)
     else:
         args.kills = 5 if args.kills is None else args.kills
         args.budget = args.budget or 30_000
@@ -147,9 +160,15 @@ def _run(cfg: TrainConfig, kill_after: float | None = None) -> tuple[int, float]
     return child.exitcode, time.perf_counter() - started
 
 
-def _row_keys(run_dir: Path) -> tuple[Counter, int]:
-    """(kind, env_steps) of every train and eval row, counted; and the lines that do not parse."""
+WALL_CLOCK = {"wall_s", "perf/env_steps_per_s", "perf/virtual_clock_s"}
+"""Columns that measure elapsed time: they never repeat between two runs."""
+
+
+def _rows(run_dir: Path) -> tuple[Counter, dict, int]:
+    """(kind, env_steps) of every train and eval row, counted; each key's row without its
+    wall-clock columns (the last one met); and the lines that do not parse."""
     keys: Counter = Counter()
+    rows: dict = {}
     torn = 0
     for line in (run_dir / "metrics.jsonl").read_text(errors="replace").splitlines():
         try:
@@ -158,8 +177,10 @@ def _row_keys(run_dir: Path) -> tuple[Counter, int]:
             torn += 1
             continue
         if row.get("kind") in ("train", "eval"):
-            keys[(row["kind"], row.get("env_steps"))] += 1
-    return keys, torn
+            key = (row["kind"], row.get("env_steps"))
+            keys[key] += 1
+            rows[key] = {k: v for k, v in row.items() if k not in WALL_CLOCK}
+    return keys, rows, torn
 
 
 def resume_study(kills: int, budget: int, args: argparse.Namespace) -> None:
@@ -191,8 +212,8 @@ def resume_study(kills: int, budget: int, args: argparse.Namespace) -> None:
         if code != 0:
             raise SystemExit(f"the uninterrupted run failed in a forked child (exit {code})")
         expected_hash = json.loads((reference / "summary.json").read_text())["final_params_sha256"]
-        expected_rows, _ = _row_keys(reference)
-        completed = same_hash = lost = duplicated = torn = started_over = unkilled = 0
+        expected_rows, expected_values, _ = _rows(reference)
+        completed = same_hash = lost = duplicated = changed = torn = started_over = unkilled = 0
         for k in range(kills):
             run_dir = Path(tmp, f"killed-{k}")
             cfg = base.replace(out=str(run_dir))
@@ -217,18 +238,107 @@ def resume_study(kills: int, budget: int, args: argparse.Namespace) -> None:
             completed += 1
             summary = json.loads((run_dir / "summary.json").read_text())
             same_hash += summary["final_params_sha256"] == expected_hash
-            rows, bad = _row_keys(run_dir)
+            rows, values, bad = _rows(run_dir)
             lost += sum((expected_rows - rows).values())
             duplicated += sum(n - 1 for n in rows.values() if n > 1)
+            changed += sum(values[key] != expected_values.get(key, values[key]) for key in values)
             torn += bad
         print(
-            "| runs | killed | completed | started over | rows lost | rows duplicated | "
-            "torn lines | final hash = uninterrupted |"
+            "| scheduler | runs | killed | completed | started over | rows lost | rows duplicated "
+            "| rows changed | torn lines | final hash = uninterrupted |"
         )
-        print("|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         print(
-            f"| {kills} | {kills - unkilled} | {completed}/{kills} | {started_over} | {lost} | "
-            f"{duplicated} | {torn} | {same_hash}/{kills} |"
+            f"| {args.scheduler} | {kills} | {kills - unkilled} | {completed}/{kills} | "
+            f"{started_over} | {lost} | {duplicated} | {changed} | {torn} | {same_hash}/{kills} |"
+        )
+
+
+# --- ray: the local Ray of a SIGKILLed run or sweep ------------------------------------------
+
+LEFT_AFTER_S = 60.0
+"""How long after a kill the processes and folders left are counted."""
+
+
+def ray_study(kills: int) -> None:
+    import secrets
+    import subprocess
+    import sys
+
+    from hybrid.runtimes._ray_watchdog import processes_of
+
+    print(
+        f"hybrid train --runtime ray (1 worker) and hybrid sweep --backend ray (2 runs), each "
+        f"started {kills} times and SIGKILLed once training; counted {LEFT_AFTER_S:.0f} s "
+        "after each kill\n",
+        flush=True,
+    )
+    print(
+        "| command | started | killed | Ray processes left | private folders left | "
+        "killed before Ray | ended before the kill |"
+    )
+    print("|---|--:|--:|--:|--:|--:|--:|")
+    for command in ("train", "sweep"):
+        left_processes = left_dirs = missed = failed = 0
+        for k in range(kills):
+            with tempfile.TemporaryDirectory() as work:
+                # a short temp dir of its own: Ray's socket paths must fit, and this run's
+                # private folder is told apart from other Rays on the machine
+                tmp = Path("/tmp") / f"hfk-{secrets.token_hex(3)}"
+                tmp.mkdir(mode=0o700)
+                out = Path(work, "out")
+                if command == "train":
+                    argv = ["train", "--runtime", "ray", "--workers", "1", "--seed", str(k),
+                            "--total-env-steps", "10000000", "--stop-when-solved=False",
+                            "--out", str(out)]  # fmt: skip
+                    metrics = out / "metrics.jsonl"
+                else:
+                    spec = Path(work, "s.yaml")
+                    spec.write_text(
+                        'command: ["${env}", hybrid, train, "${args}"]\nmethod: grid\n'
+                        "parameters:\n  seed: {values: [0, 1]}\n"
+                        "  total_env_steps: {value: 10000000}\n"
+                        "  stop_when_solved: {value: false}\n"
+                    )
+                    argv = ["sweep", str(spec), "--backend", "ray", "--out", str(out)]
+                    metrics = out / "seed=0" / "metrics.jsonl"
+                err_log = open(Path(work, "stderr"), "w")  # noqa: SIM115 (closed after the child)
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "hybrid.cli", *argv],
+                    stdout=subprocess.DEVNULL,
+                    stderr=err_log,
+                    env=dict(os.environ, TMPDIR=str(tmp), WANDB_MODE="offline"),
+                    start_new_session=True,
+                )
+                deadline = time.monotonic() + 300
+                while not (metrics.exists() and metrics.stat().st_size):
+                    if child.poll() is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
+                dirs = [d for d in tmp.iterdir() if d.name.startswith("hybrid-ray-")]
+                if child.poll() is not None:  # it ended by itself (Ray failed to start): counted
+                    failed += 1
+                else:
+                    missed += not dirs
+                    os.kill(child.pid, signal.SIGKILL)
+                child.wait()
+                err_log.close()
+                if child.returncode != -signal.SIGKILL:
+                    last = Path(work, "stderr").read_text().strip().splitlines()[-1:]
+                    print(f"  {command} {k}: ended by itself: {last}", flush=True)
+                time.sleep(LEFT_AFTER_S)
+                for folder in dirs:
+                    left = processes_of(folder)
+                    left_processes += len(left)
+                    left_dirs += folder.exists()
+                    for pid in left:  # not left running for the next trial
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
+                shutil.rmtree(tmp, ignore_errors=True)
+        print(
+            f"| hybrid {command} | {kills} | {kills - failed} | {left_processes} | {left_dirs} | "
+            f"{missed} | {failed} |",
+            flush=True,
         )
 
 

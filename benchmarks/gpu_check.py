@@ -6,6 +6,9 @@
     per second of training wall time at 1, 2, 4, 8 and 16 workers, the speed-up over one
     worker (median of ratios within a repeat, see benchmarks/scaling.py), against the A3C
     paper's 12.5x at 16 threads (Mnih et al. 2016) and our target, >= 10x.
+(a') The same speed-ups as the virtual clock predicts them from a profile of this machine
+    (``--profile``, else calibrated first), predicted beside measured
+    (``benchmarks/speedup.py``'s table with a measured column).
 (b) The hybrid scheduler's learner on ALE/Pong-v5 with the Nature CNN, on CPU and on CUDA:
     a batch of real Pong trajectories collected once by a CPU actor, then the learner's
     step (V-trace; PPO's epochs) and the server optimizer's step, timed over repeated
@@ -68,16 +71,50 @@ def scaling_table(args: argparse.Namespace) -> None:
         print(f"| {workers} | {spread} | {speedup} | {paper} | {target} |")
     if 16 not in args.workers:
         print(f"\n(the A3C reference and the target are at 16 workers; largest here: {top})")
+    predicted_table(args, rates)
+
+
+def predicted_table(args: argparse.Namespace, rates: dict) -> None:
+    """(a') The same speed-ups as the calibrated virtual clock predicts them, beside the
+    measured ones: the clock's extrapolation checked on a machine that has the cores."""
+    import speedup
+
+    from hybrid.calibrate import measure, measure_runtime, profile_for
+    from hybrid.cluster_profile import ClusterProfile
+    from hybrid.defaults import apply_env_defaults
+    from hybrid.runtimes._parallel import physical_cores
+
+    if args.profile:
+        profile = ClusterProfile.load(args.profile)
+    else:  # calibrated here and now, as `hybrid calibrate` does (CartPole-v1, a2c)
+        cfg = apply_env_defaults(TrainConfig(progress=False))
+        budget_s, run_s = (1.0, 0.5) if args.smoke else (10.0, 3.0)
+        profile = measure_runtime(cfg, profile_for(measure(cfg, budget_s)), run_s)
+    cores = physical_cores()
+    predicted = speedup.predict_speedups(profile, args.workers, cores, min(args.steps, 20_000))
+    measured = {}
+    for workers in args.workers:
+        values = [
+            r / one
+            for r, one in zip(
+                rates[("processes", "async", workers)],
+                rates[("processes", "async", 1)],
+                strict=True,
+            )
+        ]
+        measured[workers] = statistics.median(values)
+    print(f"\n(a') the calibrated clock's prediction ({cores} cores) beside (a)\n")
+    print(speedup.table(predicted, cores, measured))
 
 
 def learner_rate(algo: str, device: str, args: argparse.Namespace) -> tuple[float, float]:
     """(frames learned per second, learner directions per second) of one learner."""
     from hybrid.assembly import global_model, scheduler_settings, worker_settings
-    from hybrid.core.loop import initial_params, learner_device, make_learner
     from hybrid.core.worker import Worker
     from hybrid.envs import describe
     from hybrid.protocol import CollectExperience, Step
     from hybrid.schedulers import make_scheduler
+    from hybrid.trainer import initial_params, learner_device, make_learner
 
     cfg = TrainConfig(
         env="ALE/Pong-v5",
@@ -94,7 +131,7 @@ def learner_rate(algo: str, device: str, args: argparse.Namespace) -> tuple[floa
     cfg.validate()
     torch.set_num_threads(args.threads)
     info = describe(cfg.env)
-    where = learner_device(cfg, info, make_scheduler(scheduler_settings(cfg)))
+    where = learner_device(cfg, info, make_scheduler(scheduler_settings(cfg)).applies_alone)
     model = global_model(cfg, initial_params(cfg, info), info.obs_stats_shape, where)
     assert model.device.type == device, (model.device, device)
     learner = make_learner(cfg, info, CollectExperience).to(model.device)
@@ -160,6 +197,9 @@ def main() -> None:
     parser.add_argument("--learner-batches", type=int, default=10)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip", choices=("scaling", "learner"), help="leave out one part")
+    parser.add_argument(
+        "--profile", help="a hybrid calibrate profile for (a'); default: calibrate here first"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.workers, args.steps, args.repeats = [1, 2], 2_000, 1

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's checks (issue 19), in one go; under 8 minutes on 16 cores:
 #   (a) processes/async scaling at 1, 2, 4, 8, 16 workers vs A3C's 12.5x at 16 (target >= 10x)
+#   (a') the same speed-ups as the calibrated virtual clock predicts them, beside (a):
+#        predicted / measured (benchmarks/speedup.py's table; --profile P.json or calibrated here)
 #   (b) the hybrid scheduler's learner on ALE/Pong-v5 (Nature CNN), CPU vs CUDA
 #
 #   benchmarks/gpu_check.sh            # the real thing (needs hybrid-rl[atari], a CUDA torch)

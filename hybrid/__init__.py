@@ -13,7 +13,6 @@ from hybrid.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
     from hybrid.analysis import Comparison, compare, load_runs
-    from hybrid.core.loop import Result, train
     from hybrid.protocol import (
         CollectExperience,
         ComputeGradient,
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     )
     from hybrid.schedulers import Scheduler, register_scheduler
     from hybrid.tracking import Callback
+    from hybrid.trainer import Result, train
 
 _PROTOCOL = (
     "CollectExperience",
@@ -63,9 +63,9 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # Imported lazily so that `import hybrid` (and the analysis tools) stay light.
     if name in ("train", "Result"):
-        from hybrid.core import loop
+        from hybrid import trainer
 
-        return getattr(loop, name)
+        return getattr(trainer, name)
     if name in ("compare", "load_runs", "Comparison"):
         from hybrid import analysis
 
@@ -74,10 +74,16 @@ def __getattr__(name: str) -> Any:
         from hybrid import tracking
 
         return tracking.Callback
-    if name in ("Scheduler", "register_scheduler"):
+    if name == "Scheduler":
+        # the class itself, not through the package: the built-in schedulers import it from
+        # here while hybrid.schedulers is still loading them
+        from hybrid.schedulers.base import Scheduler
+
+        return Scheduler
+    if name == "register_scheduler":
         from hybrid import schedulers
 
-        return getattr(schedulers, name)
+        return schedulers.register_scheduler
     if name in _PROTOCOL:  # what a scheduler of your own handles
         from hybrid import protocol
 

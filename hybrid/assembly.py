@@ -4,7 +4,7 @@ component's own settings from it.
 Components (worker, global model, algorithms, evaluator, envs, clients, runtimes) take
 small frozen dataclasses defined beside them (``WorkerSettings``, ``ServerSettings``,
 ``AlgoSettings``, ``EvalSettings``, ``EnvSettings``, ``ClientSettings``,
-``RuntimeSettings``...), never the config. ``train()`` (hybrid/core/loop.py) calls the
+``RuntimeSettings``...), never the config. ``train()`` (hybrid/trainer.py) calls the
 builders below; a plug-in builds its own settings in its registration
 (``EnvFamily.settings``, ``FinalEvaluation.settings``). The settings are picklable, so
 the parallel runtimes send them, not the config, to their worker processes and actors.
@@ -12,29 +12,38 @@ the parallel runtimes send them, not the config, to their worker processes and a
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from hybrid.aggregation import AggregationSettings
 from hybrid.algorithms import ALGORITHMS, A2CSettings, AlgoSettings, NetSettings, NStepQSettings
 from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
 from hybrid.atari import AtariSettings
-from hybrid.clients import ENV_ATTACKS, ClientSettings
-from hybrid.cluster_profile import is_profile_path
+from hybrid.clients import (
+    DP_NOISE_STREAM,
+    ENV_ATTACKS,
+    FEDERATED,
+    ClientSettings,
+    make_profiles,
+    population,
+)
+from hybrid.cluster_profile import is_profile_path, profile_in_effect
+from hybrid.codecs import Codec, make_codec
 from hybrid.core.global_model import GlobalModel, ServerSettings, build_global_model
+from hybrid.core.loop import LoopSettings
 from hybrid.core.worker import WorkerSettings
 from hybrid.envs import EnvInfo, EnvSettings, env_family
 from hybrid.evaluation import EvalSettings, Evaluator
 from hybrid.normalization import GlobalObsStats, NormalizationSettings
 from hybrid.plugins import final_evaluations
 from hybrid.privacy import PrivacySettings
+from hybrid.protocol import Task, TrainLocally
 from hybrid.runtimes.pool import WorkerPool, make_pool
 from hybrid.runtimes.settings import ClockSettings, RuntimeSettings
-from hybrid.schedulers import (
-    ActorLearnerSettings,
-    BoundedSettings,
-    FedAvgSettings,
-    SchedulerSettings,
-)
+from hybrid.scheduler_settings import BUILT_IN_SETTINGS, FedAvgSettings, settings_from_fields
+from hybrid.schedulers import SchedulerSettings
+from hybrid.seeding import int_seed, stream
+from hybrid.traces import load_trace
 from hybrid.tracking import TrackingSettings
 
 if TYPE_CHECKING:
@@ -208,7 +217,7 @@ def runtime_settings(cfg: TrainConfig) -> RuntimeSettings:
         seed=cfg.seed,
         server=server_settings(cfg),
         clock=ClockSettings(
-            cluster=cfg.cluster,
+            cluster=profile_in_effect(cfg.cluster, cfg.resume),  # a resume: the run's copy
             step_cost_s=cfg.step_cost_s,
             task_overhead_s=cfg.task_overhead_s,
             speed_sigma=cfg.speed_sigma,
@@ -226,21 +235,12 @@ def runtime_settings(cfg: TrainConfig) -> RuntimeSettings:
 
 
 def _scheduler_args(cfg: TrainConfig) -> object:
-    # A built-in's own flat fields; a user scheduler's --scheduler-arg values.
-    if cfg.scheduler == "bounded":
-        return BoundedSettings(cfg.staleness_bound, cfg.staleness_aware_lr)
-    if cfg.scheduler == "hybrid":
-        return ActorLearnerSettings(cfg.learner_batch, cfg.max_policy_lag)
+    # A built-in's Settings from its own flat fields (checked there: a ConfigError naming
+    # the field); a user scheduler's --scheduler-arg values.
     if cfg.scheduler == "fedavg":
-        return FedAvgSettings(
-            cfg.client_fraction,
-            cfg.round_deadline_s,
-            cfg.late_policy,
-            aggregation_settings(cfg),
-            privacy_settings(cfg),
-        )
-    if cfg.scheduler in ("sync", "async"):
-        return None
+        return fedavg_settings(cfg)
+    if cfg.scheduler in BUILT_IN_SETTINGS:
+        return settings_from_fields(cfg.scheduler, vars(cfg))
     return dict(cfg.scheduler_args)
 
 
@@ -263,6 +263,25 @@ def privacy_settings(cfg: TrainConfig) -> PrivacySettings:
     )
 
 
+def fedavg_settings(cfg: TrainConfig) -> FedAvgSettings:
+    """fedavg's settings: its flat fields, then what the assembly builds for it: the server's
+    aggregation and DP-FedAvg settings (from their own flat fields, shared with FedBuff's
+    aggregation), the Byzantine clients' ids and the trace (from the client profiles, as the
+    clients' dropout and availability are), and the seed of DP-FedAvg's noise (the run's
+    seed's own stream)."""
+    own = settings_from_fields("fedavg", vars(cfg))
+    clients = client_settings(cfg)
+    profiles = make_profiles(clients)
+    return dataclasses.replace(
+        own,
+        aggregation=aggregation_settings(cfg),
+        privacy=privacy_settings(cfg),
+        byzantine_clients=tuple(p.client_id for p in profiles if p.attack),
+        trace=load_trace(cfg.client_trace, population(clients)) if cfg.client_trace else None,
+        dp_noise_seed=int_seed(stream(cfg.seed, FEDERATED, DP_NOISE_STREAM)),
+    )
+
+
 def scheduler_settings(cfg: TrainConfig) -> SchedulerSettings:
     return SchedulerSettings(
         name=cfg.scheduler,
@@ -271,6 +290,37 @@ def scheduler_settings(cfg: TrainConfig) -> SchedulerSettings:
         clients=client_settings(cfg),
         args=_scheduler_args(cfg),
     )
+
+
+def loop_settings(cfg: TrainConfig) -> LoopSettings:
+    return LoopSettings(
+        total_env_steps=cfg.total_env_steps,
+        log_every=cfg.log_every,
+        eval_every=cfg.eval_every,
+        checkpoint_every=cfg.checkpoint_every,
+        keep_checkpoints=cfg.keep_checkpoints,
+        checkpoint_replay=cfg.checkpoint_replay,
+        stop_when_solved=cfg.stop_when_solved,
+        config=cfg.to_dict(),
+    )
+
+
+def make_task(kind: type[Task], cfg: TrainConfig) -> Task:
+    """The task a scheduler's ``task_kind`` asks for, with its settings from the config."""
+    if kind is TrainLocally:
+        return TrainLocally(
+            steps=cfg.local_steps,
+            optimizer=cfg.local_optimizer,
+            lr=cfg.local_lr,
+            prox_mu=cfg.prox_mu,
+            deadline_s=cfg.round_deadline_s,
+        )
+    return kind(deadline_s=cfg.round_deadline_s)
+
+
+def server_codec(cfg: TrainConfig) -> Codec:
+    """The codec the loop decodes arriving payloads with."""
+    return make_codec(cfg.codec, topk_ratio=cfg.topk_ratio, seed=cfg.seed)
 
 
 def tracking_settings(cfg: TrainConfig) -> TrackingSettings:
@@ -320,10 +370,13 @@ __all__ = [
     "eval_settings",
     "evaluator",
     "global_model",
+    "loop_settings",
+    "make_task",
     "normalization_settings",
     "ppo_settings",
     "runtime_settings",
     "scheduler_settings",
+    "server_codec",
     "server_settings",
     "tracking_settings",
     "worker_pool",

@@ -17,8 +17,11 @@ wake-up latency of a process blocked on its pipe, and Ray's own daemons.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
+import os
 import pickle
 import platform
 import selectors
@@ -28,7 +31,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ from hybrid.core.appliers import WorkersApply
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo, describe
 from hybrid.protocol import ComputeGradient, Snapshot, Step, Update
+from hybrid.runtimes import RuntimeDefaults
 from hybrid.runtimes._parallel import (
     dumps_message,
     pack,
@@ -51,6 +55,7 @@ from hybrid.runtimes._parallel import (
     unpack,
     update_record,
 )
+from hybrid.stats import ks_distance
 
 DEFAULT_BUDGET_S = 15.0
 """Seconds of measuring (setup aside): tasks take half, the loop a fifth, the rest the rest."""
@@ -114,7 +119,7 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
     return step_cost, compute, float(np.std(logs))
 
 
-class _InstantRuntime:
+class _InstantRuntime(RuntimeDefaults):
     """A stand-in runtime whose tasks cost nothing: what remains is the loop's own cost."""
 
     applier = WorkersApply()  # apply only counts, snapshot does not copy: the loop's own cost
@@ -152,15 +157,19 @@ class _InstantRuntime:
     def metrics(self) -> dict[str, float]:
         return {}
 
+    def worker_count(self) -> int:
+        return len(self.busy)
+
     def close(self) -> None:
         pass
 
 
 def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: float) -> float:
     """CPU seconds of the one loop per update, applying nothing (the apply is timed apart)."""
-    from hybrid.core.loop import Training, initial_params, make_learner
+    from hybrid.core.loop import Training
     from hybrid.schedulers import make_scheduler
     from hybrid.tracking import Tracker
+    from hybrid.trainer import initial_params, make_learner
 
     updates = max(200, min(50_000, int(budget_s / 1e-4)))
     loop_cfg = cfg.replace(
@@ -180,15 +189,17 @@ def _measure_loop(cfg: TrainConfig, info: EnvInfo, template: Update, budget_s: f
     with tempfile.TemporaryDirectory() as run_dir:
         tracker = Tracker(assembly.tracking_settings(loop_cfg), Path(run_dir))
         training = Training(
-            loop_cfg,
+            assembly.loop_settings(loop_cfg),
             Path(run_dir),
             global_model,
             scheduler,
             make_learner(loop_cfg, info, scheduler.task_kind),
-            runtime,  # type: ignore[arg-type]
+            runtime,
             evaluator,
             tracker,
             None,
+            task=assembly.make_task(scheduler.task_kind, loop_cfg),
+            codec=assembly.server_codec(loop_cfg),
         )
         started = time.thread_time()
         training.run()
@@ -313,6 +324,7 @@ def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurement
         "torch": torch.__version__,
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "budget_s": budget_s,
+        "machine_detail": machine_description(physical_cores(), cfg.torch_threads),
     }
     return Measurements(
         cores=physical_cores(),
@@ -380,6 +392,255 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+@contextlib.contextmanager
+def held_to_cores(cores: int | None) -> Iterator[int]:
+    """Hold this process (and the workers it starts, which inherit it) to its first
+    ``cores`` usable CPUs, as ``taskset`` would; yields the physical cores then usable."""
+    if cores is None:
+        yield physical_cores()
+        return
+    usable = sorted(os.sched_getaffinity(0))
+    if not 1 <= cores <= len(usable):
+        raise ConfigError(
+            f"cores: {cores} is not in [1, {len(usable)}] (CPUs this process may use)"
+        )
+    os.sched_setaffinity(0, usable[:cores])
+    try:
+        yield physical_cores()
+    finally:
+        os.sched_setaffinity(0, usable)
+
+
+def machine_description(cores: int, torch_threads: int) -> dict[str, Any]:
+    """The machine a profile was measured on: what a reader needs to judge where it holds."""
+    import gymnasium
+
+    import hybrid
+
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = []
+    return {
+        "cores": cores,
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_model": _cpu_model(),
+        "torch_threads": torch_threads,
+        "load_average": load,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "gymnasium": gymnasium.__version__,
+        "hybrid": getattr(hybrid, "__version__", "unknown"),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanStats:
+    """A run's task costs and gaps, from its spans.jsonl (seconds)."""
+
+    durations: list[float]
+    """Per task: from the worker's start to its result (compute)."""
+    gaps: list[float]
+    """Per task after a worker's first: from its previous result to its start."""
+    steps_per_s: float
+    waiting: float
+    staleness_histogram: dict[str, int]
+
+
+def span_stats(run_dir: Path, summary: dict[str, Any], warm_up: int = 2) -> SpanStats:
+    """Costs and gaps of a run's tasks; each worker's first ``warm_up`` tasks are left out
+    (cold caches, the first optimizer steps)."""
+    from hybrid.timeline import read_spans, waiting_fraction
+
+    rows: dict[int, list[dict[str, float]]] = {}
+    with open(run_dir / "spans.jsonl") as f:
+        for line in f:
+            row = json.loads(line)
+            rows.setdefault(int(row["worker"]), []).append(row)
+    durations: list[float] = []
+    gaps: list[float] = []
+    for own in rows.values():
+        own.sort(key=lambda r: r["start"])
+        for previous, task in zip(own[warm_up:], own[warm_up + 1 :], strict=False):
+            gaps.append(max(task["start"] - previous["upload_start"], 0.0))
+        durations += [max(t["upload_start"] - t["start"], 0.0) for t in own[warm_up:]]
+    clock = summary["virtual_time_s"] or summary["train_wall_s"]
+    return SpanStats(
+        durations=durations,
+        gaps=gaps,
+        steps_per_s=summary["env_steps"] / max(clock, 1e-9),
+        waiting=waiting_fraction(read_spans(run_dir)),
+        staleness_histogram=summary["staleness_histogram"],
+    )
+
+
+QUANTILES = 21
+"""Evenly spaced quantiles kept of each measured distribution (every 5%)."""
+
+
+def _quantiles(values: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(q) for q in np.quantile(values, np.linspace(0, 1, QUANTILES)))
+
+
+def _run(cfg: TrainConfig, out: Path, **changes: Any) -> tuple[Path, dict[str, Any]]:
+    import warnings
+
+    import hybrid
+
+    run_cfg = cfg.replace(out=str(out), **changes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # oversubscribed on purpose, at times
+        result = hybrid.train(run_cfg, workers=run_cfg.workers)
+    assert result.summary is not None
+    return result.run_dir, result.summary
+
+
+CALIBRATION_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
+    # (scheduler, N: "1" or "C"): sync rounds give the server's round trip and the cost of a
+    # task in a worker; N = C adds the growth when every core is busy; async on processes is
+    # Hogwild!, whose gap from a result to the next read is its own
+    "processes": (("sync", "1"), ("sync", "C"), ("async", "1")),
+    "ray": (("sync", "1"), ("sync", "C")),
+}
+
+
+def measure_runtime(
+    cfg: TrainConfig,
+    profile: ClusterProfile,
+    seconds_per_run: float = 4.0,
+    work_dir: Path | None = None,
+) -> ClusterProfile:
+    """Short real runs of ``profile.runtime`` at N = 1 and N = cores; the clock's task cost,
+    its distribution, the server's round trip, Hogwild!'s read delay and the cost growth
+    under contention fitted from their spans, and the fitted clock's residuals on them."""
+    cores = profile.cores
+    steps_per_task = cfg.rollout_steps * cfg.envs_per_worker
+    modelled_task_s = profile.step_cost_s * steps_per_task + profile.task_overhead_s
+    base = cfg.replace(
+        runtime=profile.runtime,
+        stop_when_solved=False,
+        eval_every=2**62,
+        eval_episodes=1,
+        checkpoint_every=0,
+        track=False,
+        progress=False,
+        env_defaults=False,
+    )
+
+    def budget(workers: int) -> int:
+        tasks = max(40, seconds_per_run * min(workers, cores) / max(modelled_task_s, 1e-6))
+        return int(min(tasks, 20_000) * steps_per_task)
+
+    cells = [(sched, 1 if n == "1" else cores) for sched, n in CALIBRATION_CELLS[profile.runtime]]
+    cells = list(dict.fromkeys(cells))  # one core: N = C is N = 1
+    real: dict[tuple[str, int], SpanStats] = {}
+    with contextlib.ExitStack() as stack:
+        root = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for scheduler, workers in cells:
+            name = f"real-{scheduler}-{workers}"
+            run_dir, summary = _run(
+                base,
+                root / name,
+                scheduler=scheduler,
+                workers=workers,
+                total_env_steps=budget(workers),
+            )
+            real[(scheduler, workers)] = span_stats(run_dir, summary)
+
+        alone = real[("sync", 1)]
+        mean_task = statistics.fmean(alone.durations)
+        scale = mean_task / modelled_task_s
+        server_s = profile.receive_s + profile.apply_s + profile.snapshot_s + profile.dispatch_s
+        wake = [max(g - server_s, 0.0) for g in alone.gaps]
+        read_delay = 0.0
+        if ("async", 1) in real:
+            # Hogwild!: a real task's span runs to after its claim and its own apply, so
+            # what a cycle (task and gap) costs beyond the task's compute and that apply is
+            # the time from the result to the next read (the main process's wake-up first)
+            hogwild = real[("async", 1)]
+            cycle = statistics.fmean(hogwild.durations) + statistics.fmean(hogwild.gaps or [0.0])
+            read_delay = max(cycle - mean_task - profile.apply_s, 0.0)
+        fitted = dataclasses.replace(
+            profile,
+            step_cost_s=profile.step_cost_s * scale,
+            task_overhead_s=profile.task_overhead_s * scale,
+            task_cost_quantiles=_quantiles([d / mean_task for d in alone.durations]),
+            wake_s_quantiles=_quantiles(wake),
+            read_delay_s=read_delay,
+        )
+        contention = 0.0
+        if cores > 1:
+            # the growth the clock does not already give the N = C run (sharing with the main
+            # process): the real tasks' mean cost over the clock's, at contention 0
+            crowded = real[("sync", cores)]
+            virtual = _virtual(base, fitted, root / "virtual-fit", "sync", cores, budget(cores))
+            ratio = statistics.fmean(crowded.durations) / statistics.fmean(virtual.durations)
+            contention = max(ratio - 1.0, 0.0) * cores / (cores - 1)
+        fitted = dataclasses.replace(fitted, contention=min(contention, 100.0))
+
+        residuals = []
+        for (scheduler, workers), measured in real.items():
+            virtual = _virtual(
+                base,
+                fitted,
+                root / f"virtual-{scheduler}-{workers}",
+                scheduler,
+                workers,
+                budget(workers),
+            )
+            residuals.append(
+                {
+                    "scheduler": scheduler,
+                    "workers": workers,
+                    "steps_per_s_real": measured.steps_per_s,
+                    "steps_per_s_virtual": virtual.steps_per_s,
+                    "steps_per_s_error": virtual.steps_per_s / measured.steps_per_s - 1.0,
+                    "waiting_real": measured.waiting,
+                    "waiting_virtual": virtual.waiting,
+                    "ks_staleness": ks_distance(
+                        measured.staleness_histogram, virtual.staleness_histogram
+                    ),
+                }
+            )
+    fit = {
+        "runs": [f"{s} N={n}" for s, n in cells],
+        "seconds_per_run": seconds_per_run,
+        "in_process_task_s": modelled_task_s,
+        "worker_task_s": mean_task,
+        "worker_over_in_process": scale,
+        "round_trip_median_s": statistics.median(alone.gaps) if alone.gaps else 0.0,
+        "server_cpu_modelled_s": server_s,
+        "lognormal_sigma_of_worker_tasks": float(np.std(np.log(np.maximum(alone.durations, 1e-9)))),
+        "residuals": residuals,
+    }
+    return dataclasses.replace(fitted, fit=fit)
+
+
+def _virtual(
+    base: TrainConfig,
+    profile: ClusterProfile,
+    out: Path,
+    scheduler: str,
+    workers: int,
+    total_env_steps: int,
+) -> SpanStats:
+    """The serial runtime's clock on ``profile`` for one calibration cell."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "profile.json"
+    profile.save(path)
+    run_dir, summary = _run(
+        base,
+        out / "run",
+        runtime="serial",
+        cluster=str(path),
+        scheduler=scheduler,
+        workers=workers,
+        total_env_steps=total_env_steps,
+    )
+    return span_stats(run_dir, summary)
+
+
 def describe_profile(profile: ClusterProfile) -> str:
     """What was measured, one line per cost, in microseconds."""
     us = 1e6
@@ -395,7 +656,71 @@ def describe_profile(profile: ClusterProfile) -> str:
         f"snapshot              {profile.snapshot_s * us:8.1f} µs per version dispatched",
         f"dispatch              {profile.dispatch_s * us:8.1f} µs per task sent",
     ]
+    if profile.task_cost_quantiles:
+        q = profile.task_cost_quantiles
+        wake = profile.wake_s_quantiles
+        lines += [
+            f"task cost / mean      {q[2]:.2f} (10%) {q[10]:.2f} (50%) {q[18]:.2f} (90%)"
+            " in a worker process",
+            f"wake-up latency       {wake[10] * us:8.1f} µs median, {wake[18] * us:.1f} µs 90%"
+            " (round trip beyond the server's CPU)",
+            f"Hogwild! read delay   {profile.read_delay_s * us:8.1f} µs",
+            f"contention            {profile.contention:8.3f} (cost growth at N = cores)",
+        ]
+        for r in profile.fit.get("residuals", []):
+            lines.append(
+                f"fit {r['scheduler']:>5} N={r['workers']}: steps/s {r['steps_per_s_real']:,.0f}"
+                f" real, {r['steps_per_s_error']:+.1%} on the clock; waiting "
+                f"{r['waiting_real']:.1%} real, {r['waiting_virtual']:.1%} virtual; "
+                f"KS(τ) {r['ks_staleness']:.3f}"
+            )
     return "\n".join(lines)
+
+
+CALIBRATE_FIELDS = ("env", "algo", "envs_per_worker", "rollout_steps", "hidden", "optimizer")
+"""The TrainConfig fields calibrate takes as flags."""
+
+
+def _check_writable(out: Path) -> str | None:
+    """Why ``out`` cannot be written, or None: tried before anything is measured."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".calibrate-"):
+            pass
+    except OSError as exc:
+        return f"out: cannot write {str(out)!r} ({exc.strerror or exc})"
+    if out.exists() and (out.is_dir() or not os.access(out, os.W_OK)):
+        return f"out: cannot write {str(out)!r} (a folder, or not writable)"
+    return None
+
+
+def _available_memory_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def rollout_bytes(cfg: TrainConfig, obs_dim: int) -> int:
+    """What one worker's rollout holds: per env step and env, the observation (and the next
+    one), action, reward, done, value and log-probability as float32."""
+    return cfg.rollout_steps * cfg.envs_per_worker * (2 * obs_dim + 8) * 4
+
+
+def check_memory(cfg: TrainConfig, workers: int) -> None:
+    """Refuse a measurement whose rollouts would not fit in the memory free now."""
+    info = describe(cfg.env, assembly.env_settings(cfg))
+    needed = rollout_bytes(cfg, info.obs_dim) * workers
+    free = _available_memory_bytes()
+    if free is not None and needed > free // 2:
+        raise ConfigError(
+            f"rollout_steps: {cfg.rollout_steps:,} steps × {cfg.envs_per_worker:,} envs would "
+            f"allocate about {needed / 2**30:,.1f} GiB over {workers} worker(s), more than half "
+            f"the {free / 2**30:,.1f} GiB free; lower rollout_steps or envs_per_worker"
+        )
 
 
 def calibrate_command(argv: Sequence[str]) -> int:
@@ -404,20 +729,34 @@ def calibrate_command(argv: Sequence[str]) -> int:
     parser = OneLineParser(
         prog="hybrid calibrate",
         description="Measure this machine's costs (env step, task, server receive and apply, "
-        "snapshot, cores) into a profile; train --cluster PROFILE.json runs the serial "
-        "runtime's virtual clock on it.",
+        "snapshot, cores) into a profile, then fit the task cost's distribution, the server's "
+        "round trip and contention from short real runs of the runtime; train --cluster "
+        "PROFILE.json runs the serial runtime's virtual clock on it.",
     )
-    parser.add_argument("--env", default=TrainConfig.env, help="Gymnasium env id")
-    parser.add_argument("--algo", default=TrainConfig.algo)
-    parser.add_argument("--envs-per-worker", type=int, default=TrainConfig.envs_per_worker)
-    parser.add_argument("--rollout-steps", type=int, default=TrainConfig.rollout_steps)
-    parser.add_argument("--hidden", type=int, default=TrainConfig.hidden)
-    parser.add_argument("--optimizer", default=TrainConfig.optimizer)
+    # None = not given: the env's defaults fill it, as `hybrid train --env ...` would
+    parser.add_argument("--env", default=None, help=f"Gymnasium env id ({TrainConfig.env})")
+    parser.add_argument("--algo", default=None, help=f"algorithm ({TrainConfig.algo})")
+    parser.add_argument("--envs-per-worker", type=int, default=None)
+    parser.add_argument("--rollout-steps", type=int, default=None)
+    parser.add_argument("--hidden", type=int, default=None)
+    parser.add_argument("--optimizer", default=None)
     parser.add_argument(
         "--runtime",
         default="processes",
         choices=MODELLED_RUNTIMES,
         help="the real runtime whose way of moving tasks the clock imitates",
+    )
+    parser.add_argument(
+        "--cores",
+        type=int,
+        default=None,
+        help="hold the measurement (and its real runs) to this many CPUs, as taskset would",
+    )
+    parser.add_argument(
+        "--run-s",
+        type=float,
+        default=4.0,
+        help="seconds of each short real run of the runtime (0: in-process measurement only)",
     )
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds")
     parser.add_argument("--out", required=True, help="where the profile (.json) is written")
@@ -426,26 +765,29 @@ def calibrate_command(argv: Sequence[str]) -> int:
         return fail("calibrate", f"out: {args.out!r} must end in .json (what --cluster takes)")
     if not (math.isfinite(args.budget_s) and args.budget_s > 0):
         return fail("calibrate", f"budget_s: {args.budget_s} must be > 0")
-    cfg = TrainConfig(
-        env=args.env,
-        algo=args.algo,
-        envs_per_worker=args.envs_per_worker,
-        rollout_steps=args.rollout_steps,
-        hidden=args.hidden,
-        optimizer=args.optimizer,
-        progress=False,
-    )
+    if not (math.isfinite(args.run_s) and 0 <= args.run_s <= 600):
+        return fail("calibrate", f"run_s: {args.run_s} must be in [0, 600] seconds")
+    given = {
+        name: getattr(args, name) for name in CALIBRATE_FIELDS if getattr(args, name) is not None
+    }
+    out = Path(args.out)
+    if (why := _check_writable(out)) is not None:
+        return fail("calibrate", why)
     try:
         from hybrid.defaults import apply_env_defaults
 
-        cfg = apply_env_defaults(cfg)  # the sizes `hybrid train --env ...` would run with
+        # the sizes `hybrid train --env ...` would run with; the flags given are kept as given
+        cfg = apply_env_defaults(TrainConfig(**given, progress=False), keep=given)
         cfg.validate()
         started = time.perf_counter()
-        profile = profile_for(measure(cfg, args.budget_s), args.runtime)
+        with held_to_cores(args.cores) as cores:
+            workers = cores if args.run_s > 0 else 0
+            check_memory(cfg, 1 + workers)  # before anything is allocated
+            profile = profile_for(measure(cfg, args.budget_s), args.runtime)
+            if args.run_s > 0:
+                profile = measure_runtime(cfg, profile, args.run_s)
     except ConfigError as exc:
         return fail("calibrate", str(exc))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     profile.save(out)
     print(describe_profile(profile))
     print(
@@ -456,4 +798,11 @@ def calibrate_command(argv: Sequence[str]) -> int:
     return 0
 
 
-__all__ = ["Measurements", "calibrate_command", "measure", "profile_for"]
+__all__ = [
+    "Measurements",
+    "calibrate_command",
+    "held_to_cores",
+    "measure",
+    "measure_runtime",
+    "profile_for",
+]

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -57,22 +58,77 @@ def to_plain(value: Any) -> Any:
 def from_plain(value: Any) -> Any:
     if isinstance(value, dict):
         if "__ndarray__" in value:
-            return value["__ndarray__"].numpy().astype(np.dtype(value["dtype"]), copy=True)
+            return _array_from_plain(value)
         if "__objects__" in value:
             out = np.empty(len(value["__objects__"]), dtype=object)
             out[:] = [from_plain(v) for v in value["__objects__"]]
             return out.reshape(value["shape"])
         if "__generator__" in value:
-            state = value["__generator__"]
-            generator = np.random.Generator(getattr(np.random, state["bit_generator"])())
-            generator.bit_generator.state = state
-            return generator
+            return _generator_from_plain(value["__generator__"])
         if "__tuple__" in value:
             return tuple(from_plain(v) for v in value["__tuple__"])
         return {k: from_plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [from_plain(v) for v in value]
     return value
+
+
+BIT_GENERATORS: dict[str, type[np.random.BitGenerator]] = {
+    cls.__name__: cls
+    for cls in (
+        np.random.PCG64,
+        np.random.PCG64DXSM,
+        np.random.MT19937,
+        np.random.Philox,
+        np.random.SFC64,
+    )
+}
+"""The bit generators numpy ships, by the name their state records. A checkpoint's
+generator is rebuilt only from one of these: looking a name up on ``numpy.random`` would
+call whatever that name is."""
+
+
+def _generator_from_plain(state: Any) -> np.random.Generator:
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    cls = BIT_GENERATORS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        allowed = ", ".join(BIT_GENERATORS)
+        raise CheckpointError(
+            f"a random generator's state names the bit generator {str(name)[:80]!r}; "
+            f"only numpy's own are restored ({allowed})"
+        )
+    bit_generator = cls()
+    try:
+        bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise CheckpointError(
+            f"a random generator's {name} state is malformed ({_first_line(exc)})"
+        ) from None
+    return np.random.Generator(bit_generator)
+
+
+def _array_from_plain(value: dict[str, Any]) -> np.ndarray:
+    tensor = value["__ndarray__"]
+    try:
+        dtype = np.dtype(value["dtype"])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(
+            f"an array's dtype {str(value.get('dtype'))[:80]!r} is not a numpy dtype "
+            f"({_first_line(exc)})"
+        ) from None
+    if dtype.kind not in "biufc" or not isinstance(tensor, torch.Tensor):
+        raise CheckpointError(
+            f"an array of dtype {dtype.str!r} cannot be restored: only numeric arrays are data"
+        )
+    try:
+        return tensor.numpy().astype(dtype, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"an array of dtype {dtype.str!r}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -118,6 +174,45 @@ def remove_stale_tmp(run_dir: Path) -> None:
                     stale.unlink(missing_ok=True)
 
 
+LOGS = ("metrics.jsonl", "spans.jsonl")
+
+
+def restart_from_config(run_dir: Path, config: dict[str, Any] | None = None) -> None:
+    """Empty the logs of a run that stopped before its first checkpoint, so that it can
+    start over from its config.json (the lock is held: nobody else writes them). Rows
+    written before the kill describe a run that is being redone; they would repeat.
+    ``config``: config.json with the resumable fields the caller changed, to record."""
+    warnings.warn(
+        f"resume: {str(run_dir)!r} stopped before its first checkpoint; starting it over "
+        "from its config.json (its earlier log rows are discarded)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    for name in LOGS:
+        path = Path(run_dir) / name
+        if path.is_file() and not path.is_symlink():
+            path.write_bytes(b"")
+    if config is not None:
+        from hybrid.tracking import write_json_atomic
+
+        write_json_atomic(Path(run_dir) / "config.json", config)
+
+
+def check_scheduler_named_again(stored: str, given: str) -> None:
+    """A run directory is data: a scheduler it names by a path (``file.py:Class`` or
+    ``module:Class``) is code, and a resume imports it only when the user names the same
+    scheduler again (``--scheduler``): a run directory from elsewhere runs nothing."""
+    if not isinstance(stored, str) or ":" not in stored or given == stored:
+        return
+    from hybrid.errors import ConfigError
+
+    raise ConfigError(
+        f"scheduler: this run's config.json names the scheduler {stored!r}, code that a "
+        f"resume runs only when you name it again: add --scheduler {stored!r} (or "
+        f"scheduler={stored!r}) if you trust that file"
+    )
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Checkpoint files of a run, oldest first."""
     folder = checkpoint_dir(run_dir)
@@ -136,7 +231,7 @@ def load(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: refused: loading it would run code, not just read data ({first[:160]})"
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, IndexError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path}: corrupt or truncated ({first[:160]})") from None
     if not isinstance(state, dict) or "format" not in state:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hybrid.config import ConfigError, TrainConfig
+from hybrid.errors import SchedulerFault
 from hybrid.flags import OneLineParser, fail, given_fields, parse_train_args
 
 __all__ = ["fail", "main", "parse_train_args"]
@@ -25,11 +26,13 @@ commands:
   timeline  per-worker Gantt chart and Chrome trace of one run
   calibrate measure this machine into a profile for the virtual clock (--cluster PATH.json)
   demo      a small scheduler comparison on CartPole-v1
+  reproduce published results beside hybrid's (hybrid reproduce --list names them)
 """
 
 
 def train_command(argv: Sequence[str]) -> int:
-    from hybrid.core.loop import Diverged, Interrupted, train
+    from hybrid.core.loop import Diverged, Interrupted
+    from hybrid.trainer import train
 
     try:
         cfg = parse_train_args(argv)
@@ -43,7 +46,7 @@ def train_command(argv: Sequence[str]) -> int:
     except KeyboardInterrupt as exc:  # StartupInterrupted (a runtime starting) has a code
         print(f"hybrid train: {exc or 'interrupted'}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 130))
-    except Diverged as exc:
+    except (Diverged, SchedulerFault) as exc:  # a run-time failure, not a bad setting
         print(f"hybrid train: {exc}", file=sys.stderr)
         return 1
     s = result.summary
@@ -96,8 +99,8 @@ def compare_command(argv: Sequence[str]) -> int:
         warnings.simplefilter("always", AnalysisWarning)
         warnings.showwarning = _one_line_warning  # restored when the block ends
         try:
-            comparison = compare(run_dirs, group_by=args.group_by, metric=args.metric)
-            comparison.save(args.out)
+            # --out is checked before the runs are aggregated, then the report written there.
+            comparison = compare(run_dirs, args.out, group_by=args.group_by, metric=args.metric)
         except CompareError as exc:
             return fail("compare", str(exc))
     print(comparison.to_markdown())
@@ -163,7 +166,7 @@ def demo_command(argv: Sequence[str]) -> int:
         help="worker speeds on the virtual clock; with equal speeds bounded(s=4) never waits",
     )
     args = parser.parse_args(argv)
-    from hybrid.core.loop import train
+    from hybrid.trainer import train
 
     out = Path(args.out)
     for scheduler in args.schedulers:
@@ -229,10 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hybrid.sweep import sweep_command
 
         return sweep_command(rest)
+    if command == "reproduce":
+        from hybrid.reproduce.cli import reproduce_command
+
+        return reproduce_command(rest)
     return fail(
         command,
         f"unknown command {command!r}; "
-        "choose one of train, sweep, compare, timeline, calibrate, demo",
+        "choose one of train, sweep, compare, timeline, calibrate, demo, reproduce",
     )
 
 

@@ -124,32 +124,33 @@ class ClientProfile:
 @dataclass(frozen=True)
 class ClientSettings:
     """What draws the run's client profiles and prices a client's task (the assembly fills it
-    from the config). Frozen and hashable: the profile draw is cached by it."""
+    from the config, whose defaults are the ones). Frozen and hashable: the profile draw is
+    cached by it."""
 
     seed: int
     env: str
     workers: int
-    clients: int | None = None
-    client_dynamics: str = "iid"
-    cluster: str = "homogeneous"
-    speed_sigma: float = 0.5
-    straggler_fraction: float = 0.25
-    straggler_slowdown: float = 4.0
-    client_uplink_mbps: float = 10.0
-    client_downlink_mbps: float = 50.0
-    client_link_sigma: float = 0.0
-    client_dropout: float = 0.0
-    client_availability: float = 1.0
-    byzantine_fraction: float = 0.0
+    clients: int | None
+    client_dynamics: str
+    cluster: str
+    speed_sigma: float
+    straggler_fraction: float
+    straggler_slowdown: float
+    client_uplink_mbps: float
+    client_downlink_mbps: float
+    client_link_sigma: float
+    client_dropout: float
+    client_availability: float
+    byzantine_fraction: float
     """Share of the K clients that are Byzantine, round(fraction·K) of them, drawn by seed."""
-    byzantine_attack: str = "sign_flip"
-    byzantine_scale: float = 4.0
-    client_trace: str = ""
+    byzantine_attack: str
+    byzantine_scale: float
+    client_trace: str
     """A client trace file (hybrid/traces.py): its speeds and links replace the drawn ones."""
     # the virtual clock's costs of a client task (ClientCostModel); not part of the draw
-    step_cost_s: float = 1e-4
-    task_overhead_s: float = 1e-3
-    jitter_sigma: float = 0.1
+    step_cost_s: float
+    task_overhead_s: float
+    jitter_sigma: float
 
 
 def population(settings: ClientSettings) -> int:

@@ -9,16 +9,31 @@ Every cost is CPU seconds on one core of the machine that was measured; the cloc
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
 import json
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hybrid.errors import ConfigError
 
-PROFILE_FORMAT = 1
+PROFILE_FORMAT = 2
+READABLE_FORMATS = (1, 2)
+"""Format 1 (before the runtime's own runs were measured) lacks the distributions: read as
+the same profile with none, it runs as it did."""
 MODELLED_RUNTIMES = ("processes", "ray")
+PROFILE_COPY = "cluster_profile.json"
+"""The copy of its profile a run directory keeps (a resume reads this one)."""
+
+MAX_COST_S = 3_600.0
+"""Every cost in a profile is at most an hour, as the clock's flags are bounded
+(step_cost_s): the clock's sums must stay finite over a whole run."""
+MAX_CORES = 65_536
+MAX_QUANTILES = 1_001
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,25 @@ class ClusterProfile:
     """Main process: copy θ for a new version and publish it to the workers."""
     dispatch_s: float
     """Main process, per task: send a worker its task (and θ, on ray)."""
+    task_cost_quantiles: tuple[float, ...] = ()
+    """The shape of a task's cost in a worker process: evenly spaced quantiles (0 to 1) of
+    a task's duration over the mean, measured from a real run's spans. When given, the
+    clock draws a task's factor from it (inverse CDF) instead of the lognormal."""
+    wake_s_quantiles: tuple[float, ...] = ()
+    """Seconds between the server's dispatch and the worker's start beyond the CPU the
+    clock charges (waking a process blocked on its pipe or socket), as evenly spaced
+    quantiles, measured from a real run's round trips; drawn per task, it uses no core."""
+    read_delay_s: float = 0.0
+    """Hogwild!: seconds between a worker's result and its next read of θ (the main
+    process wakes on the result and claims the task before the worker applies and reads),
+    measured as the mean cycle of a lone Hogwild! worker beyond its task and apply."""
+    contention: float = 0.0
+    """Cost growth beyond fair sharing: with N workers on C cores a task's CPU work is
+    multiplied by 1 + contention × (min(N, C) − 1) / C (caches, memory bandwidth, the
+    main process's wake-ups), fitted from real runs at N = 1 and N = C."""
+    fit: dict[str, Any] = field(default_factory=dict)
+    """How the distributions were fitted and what the clock then predicted for the
+    calibration runs themselves (residuals); information only."""
     main_preempts: bool = True
     """The main process, asleep between updates, takes a core the moment it has work and
     the workers share the others (Linux lets a task that has slept preempt a busy one);
@@ -56,7 +90,15 @@ class ClusterProfile:
     """What was measured, where and when (env, algo, sizes, machine): information only."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": PROFILE_FORMAT, **dataclasses.asdict(self)}
+        values = dataclasses.asdict(self)
+        for name in ("task_cost_quantiles", "wake_s_quantiles"):
+            values[name] = list(values[name])
+        return {"format": PROFILE_FORMAT, **values}
+
+    def digest(self) -> str:
+        """sha256 of the profile's canonical JSON: what a run on it cites."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -71,35 +113,40 @@ class ClusterProfile:
         if not isinstance(values, dict):
             raise bad("is not a JSON object (write one with hybrid calibrate)")
         values = dict(values)
-        if values.pop("format", None) != PROFILE_FORMAT:
+        if values.pop("format", None) not in READABLE_FORMATS:
             raise bad(f"format must be {PROFILE_FORMAT} (write one with hybrid calibrate)")
         names = {f.name for f in dataclasses.fields(cls)}
         if unknown := sorted(set(values) - names):
-            raise bad(f"unknown field {unknown[0]!r}")
-        required = names - {"measured_on", "main_preempts"}
+            raise bad(f"unknown field {str(unknown[0])[:40]!r}")
+        optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        optional |= {"measured_on", "fit"}
+        required = names - optional
         if missing := sorted(required - set(values)):
             raise bad(f"missing field {missing[0]!r}")
         if values["runtime"] not in MODELLED_RUNTIMES:
-            raise bad(f"runtime {values['runtime']!r}; choose one of processes, ray")
+            raise bad(f"runtime {_short(values['runtime'])}; choose one of processes, ray")
         cores = values["cores"]
-        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-            raise bad(f"cores must be an integer >= 1, got {cores!r}")
-        for name in required - {"runtime", "cores"}:
-            value = values[name]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise bad(f"{name} must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise bad(f"{name} must be a finite number >= 0, got {value!r}")
+        if isinstance(cores, bool) or not isinstance(cores, int) or not 1 <= cores <= MAX_CORES:
+            raise bad(f"cores must be an integer in [1, {MAX_CORES:,}], got {_short(cores)}")
+        costs = (required | {"read_delay_s"}) - {"runtime", "cores", "jitter_sigma"}
+        for name in sorted(costs | {"jitter_sigma", "contention"}):
+            if name in values:
+                values[name] = _bounded(bad, name, values[name], MAX_COST_S)
         if values["step_cost_s"] <= 0:
             raise bad("step_cost_s must be > 0: a task must take time")
         if values["jitter_sigma"] > 2:
             raise bad(f"jitter_sigma {values['jitter_sigma']} is above 2; remeasure")
+        if values.get("contention", 0.0) > 100:
+            raise bad(f"contention {values['contention']} is above 100; remeasure")
+        for name, high in (("task_cost_quantiles", 1_000.0), ("wake_s_quantiles", MAX_COST_S)):
+            if name in values:
+                values[name] = _quantiles(bad, name, values[name], high)
         if not isinstance(values.get("main_preempts", True), bool):
-            raise bad(f"main_preempts must be true or false, got {values['main_preempts']!r}")
-        if not isinstance(values.get("measured_on", {}), dict):
-            raise bad("measured_on must be an object")
-        floats = {n: float(values[n]) for n in required - {"runtime", "cores"}}
-        return cls(**{**values, **floats})
+            raise bad(f"main_preempts must be true or false, got {_short(values['main_preempts'])}")
+        for name in ("measured_on", "fit"):
+            if not isinstance(values.get(name, {}), dict):
+                raise bad(f"{name} must be an object")
+        return cls(**values)
 
     @classmethod
     def load(cls, path: str | Path) -> ClusterProfile:
@@ -110,11 +157,57 @@ class ClusterProfile:
                 f"cluster: cannot read profile {str(path)!r} ({exc.strerror}); "
                 "write one with hybrid calibrate, or use homogeneous, heterogeneous, stragglers"
             ) from None
+        except UnicodeDecodeError:
+            raise ConfigError(
+                f"cluster: {str(path)!r} is not UTF-8 text (a profile is the JSON hybrid "
+                "calibrate writes)"
+            ) from None
         try:
             values = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"cluster: {str(path)!r} is not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError):  # an integer too long to read, nesting too deep
+            raise ConfigError(
+                f"cluster: {str(path)!r} holds a number or nesting too large to read"
+            ) from None
         return cls.from_dict(values, repr(str(path)))
+
+
+def _short(value: object) -> str:
+    """A value for a one-line message: a 400-digit integer is not printed whole."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bounded(bad: Callable[[str], ConfigError], name: str, value: object, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad(f"{name} must be a number, got {_short(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise bad(f"{name} must be a finite number in [0, {high:,}], got {value!r}")
+    # compared before float(): a 400-digit integer would overflow the conversion
+    if not 0 <= value <= high:
+        raise bad(f"{name} must be in [0, {high:,}], got {_short(value)}")
+    return float(value)
+
+
+def _quantiles(
+    bad: Callable[[str], ConfigError], name: str, value: object, high: float
+) -> tuple[float, ...]:
+    if not isinstance(value, list) or len(value) == 1 or len(value) > MAX_QUANTILES:
+        raise bad(f"{name} must be a list of 2 to {MAX_QUANTILES} numbers, or empty")
+    numbers = tuple(_bounded(bad, name, v, high) for v in value)
+    if any(b < a for a, b in itertools.pairwise(numbers)):
+        raise bad(f"{name} must be non-decreasing (quantiles)")
+    return numbers
+
+
+def profile_in_effect(cluster: str, resume: str | None) -> str:
+    """The profile file a run reads: the one named, or on a resume the copy its run
+    directory keeps, so a run continues on the machine it started on whatever became of
+    the user's file since."""
+    if not (resume and is_profile_path(cluster)):
+        return cluster
+    return str(Path(resume) / PROFILE_COPY)
 
 
 def is_profile_path(cluster: str) -> bool:
@@ -122,4 +215,25 @@ def is_profile_path(cluster: str) -> bool:
     return isinstance(cluster, str) and cluster.endswith(".json")
 
 
-__all__ = ["ClusterProfile", "is_profile_path"]
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyper-threads do not add throughput here)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count() or 1
+    try:
+        import psutil  # optional: present in most environments, not a dependency
+
+        physical = psutil.cpu_count(logical=False) or usable
+    except ImportError:
+        physical = usable
+    return max(1, min(physical, usable))
+
+
+__all__ = [
+    "PROFILE_COPY",
+    "ClusterProfile",
+    "is_profile_path",
+    "physical_cores",
+    "profile_in_effect",
+]

@@ -11,13 +11,46 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hybrid.errors import ConfigError  # re-exported: the name users import from here
+from hybrid.scheduler_settings import (
+    BUILT_IN_SETTINGS,
+    FLOAT32_MAX,
+    INT_MAX,
+    coerce_setting,
+    config_fields,
+    field_defaults,
+    fold_scheduler_args,
+    settings_from_fields,
+)
+
+# The built-in schedulers' own fields: their defaults (and checks) are those of each
+# scheduler's Settings dataclass (hybrid/scheduler_settings.py), written there once.
+_BOUNDED = field_defaults(BUILT_IN_SETTINGS["bounded"])
+_ACTOR_LEARNER = field_defaults(BUILT_IN_SETTINGS["hybrid"])
+_FEDAVG = field_defaults(BUILT_IN_SETTINGS["fedavg"])
+
+
+def _with_built_in_scheduler_fields(cls: type) -> type:
+    """Give ``cls`` every built-in scheduler setting it does not declare itself, as a field
+    of the setting's type and default: a knob added to a scheduler's Settings is a config
+    field, a flag, a sweep key and a config.json entry at once. (Declaring it in the class
+    body as well, with its default taken from the Settings, adds its --help text.)"""
+    annotations = cls.__annotations__  # its own (the dataclass reads it), not a copy
+    for settings_class in BUILT_IN_SETTINGS.values():
+        for f in config_fields(settings_class):
+            if f.name not in annotations:
+                annotations[f.name] = f.type
+                setattr(cls, f.name, f.default)
+    return cls
 
 
 @dataclass
+@_with_built_in_scheduler_fields
 class TrainConfig:
     """Train one agent under one update scheduler. Every field is also a CLI flag."""
 
@@ -88,9 +121,9 @@ class TrainConfig:
     """fedadam / fedyogi: second-moment β2, in [0, 1) (the paper's 0.99, not torch's 0.999)."""
 
     # --- bounded staleness -----------------------------------------------------------------------
-    staleness_bound: int = 4
+    staleness_bound: int = _BOUNDED["staleness_bound"]
     """SSP bound s: a worker may run at most s clocks ahead of the slowest (bounded only)."""
-    staleness_aware_lr: bool = False
+    staleness_aware_lr: bool = _BOUNDED["staleness_aware_lr"]
     """Scale each step by 1/max(1, tau), tau = staleness (Zhang et al. 2016; bounded only)."""
 
     # --- serial runtime: the virtual clock's cost model -------------------------------------------
@@ -133,10 +166,10 @@ class TrainConfig:
     inject_worker_faults: float = 0.0
     """Chance per task that its worker is SIGKILLed (processes, ray; seeded): fault studies."""
 
-    # --- actor-learner (hybrid scheduler) and Q-learning (issue 4) -------------------------------
-    learner_batch: int = 8
+    # --- actor-learner (hybrid scheduler) and Q-learning -------------------------------
+    learner_batch: int = _ACTOR_LEARNER["learner_batch"]
     """hybrid: trajectories per learner batch (B)."""
-    max_policy_lag: int = 100
+    max_policy_lag: int = _ACTOR_LEARNER["max_policy_lag"]
     """hybrid: drop trajectories acted more than this many versions ago."""
     correction: str = "vtrace"
     """hybrid + a2c: off-policy correction of the learner, vtrace or none (the ablation)."""
@@ -167,13 +200,13 @@ class TrainConfig:
     target_every: int = 100
     """nstep_q: refresh the target network every this many global versions."""
 
-    # --- federated (issue 6) ------------------------------------------------------------------
+    # --- federated ------------------------------------------------------------------
     clients: int | None = None
     """Simulated edge clients K (hybrid/clients.py), worker ids 0..K-1: each runs its own env
     variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
     on demand for each task, so memory grows with the clients per round, not with K (topk error
     feedback is then per task). Unset: the persistent `workers` are the participants."""
-    client_fraction: float = 0.1
+    client_fraction: float = _FEDAVG["client_fraction"]
     """fedavg: fraction C of the K clients sampled per round, max(1, floor(C*K)); in (0, 1]."""
     local_steps: int = 50
     """fedavg: local updates E per client and round, each one rollout of rollout_steps. An
@@ -198,14 +231,14 @@ class TrainConfig:
     """Median client downlink in Mbit/s (θ's download time on the virtual clock)."""
     client_link_sigma: float = 0.0
     """Lognormal sigma of the client links around their medians (0: all equal)."""
-    client_dropout: float = 0.0
+    client_dropout: float = _FEDAVG["client_dropout"]
     """fedavg: probability that a sampled client drops out of its round (never reports)."""
-    client_availability: float = 1.0
+    client_availability: float = _FEDAVG["client_availability"]
     """fedavg: probability that a client can be sampled in a given round."""
-    round_deadline_s: float = 0.0
+    round_deadline_s: float = _FEDAVG["round_deadline_s"]
     """fedavg: seconds after a round starts when the server stops waiting (0: no deadline);
     virtual seconds on the serial runtime."""
-    late_policy: str = "drop"
+    late_policy: str = _FEDAVG["late_policy"]
     """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
     with its staleness (admit: asynchronous FL)."""
     # --- federated: hostile and private rounds (fedavg's server, the clients' behaviour) -------
@@ -252,7 +285,7 @@ class TrainConfig:
     client_eval_episodes: int = 2
     """Deterministic episodes per evaluated client."""
 
-    # --- checkpoints and faults (issue 10) -------------------------------------------------------
+    # --- checkpoints and faults -------------------------------------------------------
     checkpoint_every: int = 0
     """Write a checkpoint every this many global versions (and at the end); 0: none."""
     keep_checkpoints: int = 2
@@ -262,7 +295,7 @@ class TrainConfig:
     resume: str = ""
     """Continue the run in this directory from its newest checkpoint (its stored config)."""
 
-    # --- multi-agent (issue 7) --------------------------------------------------------------------
+    # --- multi-agent --------------------------------------------------------------------
     param_sharing: str = "all"
     """Multi-agent: which agents share one network: all (parameter sharing), none (per-agent
     parameters), or groups of agent names, e.g. "agent_0,agent_1;agent_2"."""
@@ -290,7 +323,21 @@ class TrainConfig:
     clip_vloss: bool = True
     """PPO: clip the value update around the values at collection time."""
 
-    # --- environments (issue 11) ---------------------------------------------------------------
+    # --- MAPPO as in its released code (multi-agent PPO; the defaults keep hybrid's) -----------
+    mappo_value_loss: str = "mse"
+    """Multi-agent PPO's value loss: mse (half the squared error) or huber (Yu et al. 2022's
+    released code, quadratic within mappo_huber_delta and linear beyond)."""
+    mappo_huber_delta: float = 10.0
+    """δ of the Huber value loss (the released code's 10)."""
+    mappo_separate_optimizers: bool = False
+    """Multi-agent PPO: actor and critic on their own local Adam, each gradient clipped to
+    max_grad_norm apart (the released code's two optimizers; Adam works per element, so this
+    is one Adam with the clipping per network)."""
+    mappo_value_norm_per_minibatch: bool = False
+    """Multi-agent PPO: update the value normalization with every minibatch's returns, as the
+    released code does, instead of once per batch."""
+
+    # --- environments ---------------------------------------------------------------
     env_defaults: bool = True
     """Give every field left at its global default the env's value from hybrid/defaults.py
     (e.g. Pendulum-v1's gamma and normalization); --no-env-defaults keeps the global ones.
@@ -368,6 +415,20 @@ class TrainConfig:
         typed = {name: _typed(name, value, str(known[name].type)) for name, value in values.items()}
         return cls(**typed)
 
+    def __post_init__(self) -> None:
+        # A built-in scheduler's --scheduler-arg KEY=VALUE is its flag --KEY VALUE: the same
+        # setting, recorded once (as the flat field) in config.json and sweeps.
+        if (
+            isinstance(self.scheduler, str)
+            and self.scheduler in BUILT_IN_SETTINGS
+            and isinstance(self.scheduler_args, dict)
+            and self.scheduler_args
+        ):
+            own, rest = fold_scheduler_args(self.scheduler, self.scheduler_args)
+            for name, value in own.items():
+                setattr(self, name, value)
+            self.scheduler_args = rest
+
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
@@ -416,7 +477,6 @@ class TrainConfig:
         ):
             _at_least(name, getattr(self, name), 1)
         _at_least("layers", self.layers, 0)
-        _at_least("staleness_bound", self.staleness_bound, 0)
         _at_least("checkpoint_every", self.checkpoint_every, 0)
         _at_least("keep_checkpoints", self.keep_checkpoints, 1)
         _in_range("gamma", self.gamma, 0.0, 1.0)
@@ -424,6 +484,13 @@ class TrainConfig:
         _in_range("straggler_fraction", self.straggler_fraction, 0.0, 1.0)
         for name in ("lr", "step_cost_s", "bandwidth_mbps", "adam_eps", "straggler_slowdown"):
             _positive(name, getattr(self, name))
+        if self.adam_eps < FLOAT32_TINY:
+            # Adam and RMSProp divide by sqrt(v) + eps in float32: below its smallest normal
+            # number eps rounds to 0 (or loses its precision) and a zero gradient gives 0/0
+            raise ConfigError(
+                f"adam_eps: {self.adam_eps!r} is below float32's smallest normal number "
+                f"({FLOAT32_TINY:.4g}), where it rounds to 0; use a value >= {FLOAT32_TINY:.4g}"
+            )
         for name in (
             "ent_coef",
             "vf_coef",
@@ -440,9 +507,8 @@ class TrainConfig:
         # actor-learner and Q-learning
         _choice("correction", self.correction, ("vtrace", "none"))
         _choice("replay", self.replay, ("prioritized", "uniform"))
-        for name in ("learner_batch", "replay_batch", "learner_updates", "q_nstep", "target_every"):
+        for name in ("replay_batch", "learner_updates", "q_nstep", "target_every"):
             _at_least(name, getattr(self, name), 1)
-        _at_least("max_policy_lag", self.max_policy_lag, 0)
         _at_least("learning_starts", self.learning_starts, 0)
         _at_least("replay_capacity", self.replay_capacity, 1)
         if self.replay_capacity < self.replay_batch:
@@ -463,8 +529,6 @@ class TrainConfig:
         # federated
         if self.clients is not None:
             _at_least("clients", self.clients, 1)
-        if not 0.0 < _number("client_fraction", self.client_fraction) <= 1.0:
-            raise ConfigError(f"client_fraction: {self.client_fraction} is outside (0, 1]")
         _at_least("local_steps", self.local_steps, 1)
         _choice("local_optimizer", self.local_optimizer, ("sgd", "adam"))
         _positive("local_lr", self.local_lr)
@@ -473,13 +537,11 @@ class TrainConfig:
             raise ConfigError(f"server_momentum: {self.server_momentum} is outside [0, 1)")
         for name in ("client_uplink_mbps", "client_downlink_mbps"):
             _positive(name, getattr(self, name))
-        for name in ("client_link_sigma", "round_deadline_s"):
-            _non_negative(name, getattr(self, name))
-        if not 0.0 <= _number("client_dropout", self.client_dropout) < 1.0:
-            raise ConfigError(f"client_dropout: {self.client_dropout} is outside [0, 1)")
-        if not 0.0 < _number("client_availability", self.client_availability) <= 1.0:
-            raise ConfigError(f"client_availability: {self.client_availability} is outside (0, 1]")
-        _choice("late_policy", self.late_policy, ("drop", "admit"))
+        _non_negative("client_link_sigma", self.client_link_sigma)
+        # The built-in schedulers' own fields (staleness_bound, learner_batch, max_policy_lag,
+        # client_fraction, client_dropout, client_availability, round_deadline_s, late_policy)
+        # are checked by their Settings dataclasses, written there once.
+        self._check_built_in_scheduler_fields()
         _at_least("client_eval_clients", self.client_eval_clients, 1)
         _at_least("client_eval_episodes", self.client_eval_episodes, 1)
         check_dynamics(self.client_dynamics, self.env)
@@ -508,28 +570,77 @@ class TrainConfig:
         _at_least("atari_noop_max", self.atari_noop_max, 0)
         if self.seed < 0 or self.seed >= 2**63:
             raise ConfigError(f"seed: {self.seed} is not allowed; use an integer in [0, 2**63)")
+        self._check_mappo_options(family is not None and family.name == "multiagent")
         self._check_upper_bounds()
         self._check_no_dead_flags(family is not None and family.name == "multiagent")
+
+    def _check_built_in_scheduler_fields(self) -> None:
+        """Each built-in scheduler's fields hold a value of its default's type, and pass its
+        Settings dataclass's checks (every scheduler's, as for every other field: a flag is
+        checked whether or not its scheduler runs)."""
+        for scheduler, settings_class in BUILT_IN_SETTINGS.items():
+            for name, default in field_defaults(settings_class).items():
+                value = getattr(self, name)
+                if isinstance(default, bool):
+                    if not isinstance(value, bool):
+                        raise ConfigError(f"{name}: {value!r} is not true or false")
+                elif isinstance(default, int):
+                    if isinstance(value, bool) or not isinstance(value, int):
+                        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+                elif isinstance(default, float):
+                    _number(name, value)
+                elif isinstance(default, str) and not isinstance(value, str):
+                    raise ConfigError(f"{name}: {value!r} is not a string")
+            settings_from_fields(scheduler, {name: getattr(self, name) for name in vars(self)})
+
+    def _check_mappo_options(self, multiagent: bool) -> None:
+        """The released-code choices of MAPPO: known values, and only where they act (PPO's
+        epochs on a multi-agent env)."""
+        _choice("mappo_value_loss", self.mappo_value_loss, ("mse", "huber"))
+        _positive("mappo_huber_delta", self.mappo_huber_delta)
+        defaults = TrainConfig()
+        acts = multiagent and self.algo in ("mappo", "ippo", "ppo")
+        for name in (
+            "mappo_value_loss",
+            "mappo_huber_delta",
+            "mappo_separate_optimizers",
+            "mappo_value_norm_per_minibatch",
+        ):
+            if getattr(self, name) != getattr(defaults, name) and not acts:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} has no effect here; it applies only to "
+                    f"mappo, ippo or ppo on multi-agent (PettingZoo) envs (leave it at "
+                    f"{getattr(defaults, name)!r})"
+                )
+        if self.mappo_value_norm_per_minibatch and not self.value_norm:
+            raise ConfigError(
+                "mappo_value_norm_per_minibatch: needs value_norm (it says when the "
+                "normalization is updated); leave it off with --no-value-norm"
+            )
 
     def _check_scheduler(self) -> None:
         from hybrid import registry
 
         if self.scheduler in registry.SCHEDULERS:
-            if self.scheduler_args:
-                raise ConfigError(
-                    f"scheduler_args: the built-in scheduler {self.scheduler!r} takes none; its "
-                    "settings are TrainConfig fields (see hybrid train --help)"
-                )
+            # what __post_init__ could not take as the scheduler's own settings
+            own = field_defaults(BUILT_IN_SETTINGS[self.scheduler])
+            for key, value in self.scheduler_args.items():
+                if key not in own:
+                    raise ConfigError(
+                        f"scheduler_args: the built-in scheduler {self.scheduler!r} has no "
+                        f"setting {key!r}; its settings are {', '.join(own) or 'none'} "
+                        "(also flags: see hybrid train --help)"
+                    )
+                hint = typing.get_type_hints(BUILT_IN_SETTINGS[self.scheduler])[key]
+                coerce_setting(key, value, hint)  # raises: it did not convert before
             registry.SCHEDULERS.check(self)
             return
         # Yours (registered, or a module:Class path): its class and Settings are checked where
         # they live, which imports the scheduler (your code) but no other component.
-        from hybrid.schedulers import check_scheduler
-
-        check_scheduler(self.scheduler, self.scheduler_args)
+        registry.check_user_scheduler(self.scheduler, self.scheduler_args)
 
     def _check_cluster(self) -> None:
-        from hybrid.cluster_profile import ClusterProfile, is_profile_path
+        from hybrid.cluster_profile import ClusterProfile, is_profile_path, profile_in_effect
 
         if not is_profile_path(self.cluster):
             _choice(
@@ -538,7 +649,7 @@ class TrainConfig:
                 ("homogeneous", "heterogeneous", "stragglers", "a profile PATH.json"),
             )
             return
-        ClusterProfile.load(self.cluster)
+        ClusterProfile.load(profile_in_effect(self.cluster, self.resume))
         if self.clients is not None:
             raise ConfigError(
                 "cluster: a measured profile models persistent workers on one machine; "
@@ -700,7 +811,7 @@ class TrainConfig:
 
     def _check_upper_bounds(self) -> None:
         """Upper bounds: what can run at all. Memory that depends on the env's spaces is
-        checked once the env is known (hybrid.core.loop.check_resources)."""
+        checked once the env is known (hybrid.trainer.check_resources)."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and abs(value) > FLOAT32_MAX:
@@ -743,7 +854,7 @@ class TrainConfig:
 
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     # Who owns each field: the component it configures. Only the assembly (hybrid/assembly.py,
-    # hybrid/core/loop.py, cli, flags, sweep, calibrate, config and its checks, a plug-in's
+    # hybrid/trainer.py, cli, flags, sweep, calibrate, config and its checks, a plug-in's
     # registration) reads the config; components get their own settings dataclasses from it
     # (tests/test_config_owners.py fails on a component that reads or imports the config).
     "run": (
@@ -804,19 +915,10 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
         "server_beta2",
         "server_momentum",
     ),
-    "bounded": ("staleness_bound", "staleness_aware_lr"),
-    "actor_learner": ("learner_batch", "max_policy_lag"),
-    "fedavg": (
-        "client_fraction",
-        "local_steps",
-        "local_optimizer",
-        "local_lr",
-        "prox_mu",
-        "client_dropout",
-        "client_availability",
-        "round_deadline_s",
-        "late_policy",
-    ),
+    # a built-in scheduler owns the fields of its Settings dataclass (hybrid.registry)
+    "bounded": tuple(_BOUNDED),
+    "actor_learner": tuple(_ACTOR_LEARNER),
+    "fedavg": (*_FEDAVG, "local_steps", "local_optimizer", "local_lr", "prox_mu"),
     "clients": (
         "clients",
         "client_dynamics",
@@ -853,6 +955,12 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     "ray": ("ray_address",),
     "checkpoint": ("checkpoint_every", "keep_checkpoints", "checkpoint_replay", "resume"),
     "multiagent": ("param_sharing", "agent_id", "critic"),
+    "mappo": (
+        "mappo_value_loss",
+        "mappo_huber_delta",
+        "mappo_separate_optimizers",
+        "mappo_value_norm_per_minibatch",
+    ),
     "envs": ("env_defaults", "wrappers"),
     "normalization": ("normalize_obs", "normalize_reward", "obs_clip", "reward_clip"),
     "atari": (
@@ -874,6 +982,207 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
     ),
 }
 """Owner -> the TrainConfig fields it owns; every field has exactly one owner."""
+
+
+# --- which flags take effect: derived from who owns each field -------------------------
+
+
+@dataclass(frozen=True)
+class Applies:
+    """Where a component's settings take effect: ``test(cfg, ctx)``, said as ``when``."""
+
+    test: Callable[[TrainConfig, FlagContext], bool]
+    when: str
+
+
+@dataclass(frozen=True)
+class FlagContext:
+    """What the rule needs besides the config: facts read from names, without building."""
+
+    multiagent: bool
+    """The env is a multi-agent (PettingZoo) task."""
+    trains_locally: bool
+    """The scheduler's task kind is TrainLocally (fedavg, or a user's such as FedBuff)."""
+    built_in: bool
+    """The scheduler is one of hybrid's own (sync, async, bounded, hybrid, fedavg)."""
+
+
+_PPO_ALGOS = ("ppo", "mappo", "ippo")
+_FEDOPT = ("fedadam", "fedyogi", "fedadagrad")
+
+
+def _profile(cfg: TrainConfig) -> bool:
+    from hybrid.cluster_profile import is_profile_path
+
+    return is_profile_path(cfg.cluster)
+
+
+OWNER_APPLIES: dict[str, Applies | None] = {
+    # None: the owner takes part in every run. Every owner of FIELD_OWNERS is listed
+    # (tests/test_dead_flags.py): a new field is judged by its owner from its first day.
+    "run": None,
+    "nets": None,
+    "a2c": None,  # the losses' shared coefficients: PPO and n-step Q use them too
+    "nstep_q": Applies(lambda c, x: c.algo == "nstep_q", "with --algo nstep_q"),
+    "ppo": Applies(lambda c, x: c.algo in _PPO_ALGOS, "with --algo ppo, mappo or ippo"),
+    "global_model": None,
+    "bounded": Applies(lambda c, x: c.scheduler == "bounded", "with --scheduler bounded"),
+    "actor_learner": Applies(lambda c, x: c.scheduler == "hybrid", "with --scheduler hybrid"),
+    "fedavg": Applies(
+        lambda c, x: c.scheduler == "fedavg" or x.trains_locally,
+        "with --scheduler fedavg (or your scheduler whose task_kind is TrainLocally)",
+    ),
+    "clients": None,  # edge clients run under every scheduler
+    "federated": Applies(
+        lambda c, x: c.clients is not None or c.client_dynamics != "iid",
+        "with edge clients (--clients K) or client env variants (--client-dynamics)",
+    ),
+    # fedavg's server combines the Δs; FedBuff and your own scheduler take the aggregation
+    # settings as --scheduler-arg, not as these flags
+    "aggregation": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "privacy": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "byzantine": Applies(lambda c, x: c.clients is not None, "with edge clients (--clients K)"),
+    "traces": Applies(
+        lambda c, x: c.clients is not None and (c.scheduler == "fedavg" or not x.built_in),
+        "with edge clients (--clients K) under fedavg or a scheduler of yours that reads it",
+    ),
+    "serial": Applies(lambda c, x: c.runtime == "serial", "on the serial runtime's virtual clock"),
+    "codecs": None,
+    "parallel": Applies(
+        lambda c, x: c.runtime in ("processes", "ray"), "with --runtime processes or ray"
+    ),
+    "ray": Applies(lambda c, x: c.runtime == "ray", "with --runtime ray"),
+    "checkpoint": None,
+    "multiagent": Applies(lambda c, x: x.multiagent, "on multi-agent (PettingZoo) envs"),
+    "mappo": Applies(
+        lambda c, x: x.multiagent and c.algo in _PPO_ALGOS,
+        "with --algo mappo, ippo or ppo on multi-agent (PettingZoo) envs",
+    ),
+    "envs": None,
+    "normalization": None,
+    "atari": Applies(lambda c, x: c.env.startswith("ALE/"), "on Atari envs (ALE/...)"),
+    "evaluation": None,
+    "tracking": None,
+}
+"""Owner -> where its fields take effect (None: everywhere)."""
+
+FIELD_APPLIES: dict[str, Applies] = {
+    # A field whose effect depends on more than its owner taking part: this replaces the
+    # owner's rule for that field.
+    "server_beta1": Applies(
+        lambda c, x: c.optimizer in _FEDOPT, "with --optimizer " + "/".join(_FEDOPT)
+    ),
+    "server_beta2": Applies(
+        lambda c, x: c.optimizer in _FEDOPT, "with --optimizer " + "/".join(_FEDOPT)
+    ),
+    "server_momentum": Applies(lambda c, x: c.optimizer == "sgd", "with --optimizer sgd"),
+    "topk_ratio": Applies(lambda c, x: c.codec == "topk", "with --codec topk"),
+    "error_feedback": Applies(lambda c, x: c.codec == "topk", "with --codec topk"),
+    "obs_clip": Applies(lambda c, x: c.normalize_obs, "with --normalize-obs"),
+    "reward_clip": Applies(lambda c, x: c.normalize_reward, "with --normalize-reward"),
+    "keep_checkpoints": Applies(lambda c, x: c.checkpoint_every > 0, "with --checkpoint-every N"),
+    "checkpoint_replay": Applies(
+        lambda c, x: c.checkpoint_every > 0 and c.algo == "nstep_q",
+        "with --checkpoint-every N and --algo nstep_q",
+    ),
+    "wandb_project": Applies(lambda c, x: c.track, "with --track"),
+    "wandb_checkpoint": Applies(
+        lambda c, x: c.track and c.checkpoint_every > 0, "with --track and --checkpoint-every N"
+    ),
+    # fedavg's own round settings (FedAvgSettings); a user's scheduler gets the client
+    # population (dropout, availability), a TrainLocally task the local training settings
+    "client_fraction": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "late_policy": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "round_deadline_s": Applies(
+        lambda c, x: c.scheduler == "fedavg" and c.runtime == "serial",
+        "with --scheduler fedavg on the serial runtime's virtual clock",
+    ),
+    "client_dropout": Applies(
+        lambda c, x: c.scheduler == "fedavg" or not x.built_in,
+        "with --scheduler fedavg or your own scheduler (they draw the client population)",
+    ),
+    "client_availability": Applies(
+        lambda c, x: c.scheduler == "fedavg" or not x.built_in,
+        "with --scheduler fedavg or your own scheduler (they draw the client population)",
+    ),
+    # the parallel runtimes' own, with exceptions: threads are set on every runtime, and a
+    # measured profile's clock models Hogwild!'s worker-side applies
+    "torch_threads": Applies(lambda c, x: True, "everywhere"),
+    "lock_free": Applies(
+        lambda c, x: c.runtime == "processes" or (c.runtime == "serial" and _profile(c)),
+        "with --runtime processes (or a measured --cluster profile.json, which models it)",
+    ),
+    "inject_worker_faults": Applies(
+        lambda c, x: c.runtime in ("processes", "ray"), "with --runtime processes or ray"
+    ),
+}
+"""Field -> where it takes effect, for a field whose owner's rule is too coarse."""
+
+
+def field_applies(name: str) -> Applies | None:
+    """The rule for one field: its own, else its owner's (None: it always takes effect)."""
+    if name in FIELD_APPLIES:
+        return FIELD_APPLIES[name]
+    return OWNER_APPLIES[_OWNER_OF[name]]
+
+
+def check_flags_take_effect(cfg: TrainConfig, given: set[str] | frozenset[str]) -> None:
+    """Refuse a field in ``given`` (set by the user) whose component takes no part in this
+    run: a flag that does nothing would be reported as a knob that was turned. The rule is
+    the owner's (``OWNER_APPLIES``), or the field's own (``FIELD_APPLIES``); ``cfg`` is the
+    config in effect (after the env's defaults), ``given`` what the user set."""
+    defaults = TrainConfig()
+    context = flag_context(cfg)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in given or _same_setting(getattr(cfg, f.name), getattr(defaults, f.name)):
+            continue
+        rule = field_applies(f.name)
+        if rule is not None and not rule.test(cfg, context):
+            raise ConfigError(
+                f"{f.name}: {getattr(cfg, f.name)!r} has no effect here; it applies only "
+                f"{rule.when} (leave it at {getattr(defaults, f.name)!r})"
+            )
+
+
+def flag_context(cfg: TrainConfig) -> FlagContext:
+    from hybrid import registry
+    from hybrid.envs import env_family
+
+    family = env_family(cfg.env)
+    built_in = cfg.scheduler in registry.SCHEDULERS
+    trains_locally = False
+    if not built_in:
+        from hybrid.protocol import TrainLocally
+        from hybrid.schedulers import task_kind_of
+
+        kind = task_kind_of(cfg.scheduler)
+        # not loaded (a sweep's dry run imports no scheduler): its flags may apply
+        trains_locally = kind is None or kind is TrainLocally
+    return FlagContext(
+        multiagent=family is not None and family.name == "multiagent",
+        trains_locally=trains_locally,
+        built_in=built_in,
+    )
+
+
+def given_fields(cfg: TrainConfig, keep: Any = ()) -> set[str]:
+    """The fields set away from their global defaults, and those named in ``keep`` (a
+    caller's explicit keywords): what the user gave, before the env's defaults are added."""
+    defaults = TrainConfig()
+    changed = {
+        f.name
+        for f in dataclasses.fields(TrainConfig)
+        if not _same_setting(getattr(cfg, f.name), getattr(defaults, f.name))
+    }
+    return changed | set(keep)
+
+
+def _same_setting(a: object, b: object) -> bool:
+    # 1 and 1.0 are one value; True and 1 are not one setting
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+_OWNER_OF = {name: owner for owner, names in FIELD_OWNERS.items() for name in names}
 
 
 VIRTUAL_CLOCK_FIELDS = (
@@ -915,8 +1224,8 @@ def _typed(name: str, value: object, annotation: str) -> Any:
     raise ConfigError(f"{name}: expected {expected}, got {value!r}")
 
 
-FLOAT32_MAX = 3.4028234663852886e38
-INT_MAX = 2**62
+FLOAT32_TINY = 1.1754943508222875e-38
+"""float32's smallest normal number (numpy.finfo(numpy.float32).tiny)."""
 MIN_MBPS = 1e-3
 
 # workers per runtime: the serial runtime simulates many on one clock (each still holds its
@@ -1008,4 +1317,13 @@ def _non_negative(name: str, value: object) -> None:
         raise ConfigError(f"{name}: {value} must be >= 0")
 
 
-__all__ = ["FIELD_OWNERS", "ConfigError", "TrainConfig"]
+__all__ = [
+    "FIELD_APPLIES",
+    "FIELD_OWNERS",
+    "OWNER_APPLIES",
+    "ConfigError",
+    "TrainConfig",
+    "check_flags_take_effect",
+    "field_applies",
+    "given_fields",
+]

@@ -87,7 +87,11 @@ CONTINUOUS_PPO: dict[str, Any] = {
 }
 
 # Box2D with discrete actions (LunarLander): rl-zoo's PPO for LunarLander (long horizon,
-# gamma 0.999, lambda 0.98, 4 epochs), 16 envs x 128 steps per update.
+# gamma 0.999, lambda 0.98, 4 epochs), 16 envs x 128 steps per update, local Adam at 2.5e-4
+# (rl-zoo's is SB3's 3e-4). With 5e-4, async on LunarLander-v3 (200k steps, seeds 0 and 1)
+# climbed to 199 and 112 and fell back to 5 and 39, unsolved: async adds each worker's Δ to
+# θ as it arrives, computed on a θ ~3 updates stale; at 2.5e-4 both seeds solved, at 75k
+# and 150k steps (docs/reproduce.md, "The LunarLander recipe").
 BOX2D_PPO: dict[str, Any] = {
     "algo": "ppo",
     "workers": 4,
@@ -98,7 +102,7 @@ BOX2D_PPO: dict[str, Any] = {
     "ent_coef": 0.01,
     "ppo_epochs": 4,
     "ppo_minibatches": 8,
-    "ppo_lr": 5e-4,
+    "ppo_lr": 2.5e-4,
     "optimizer": "sgd",
     "lr": 1.0,
     "value_norm": False,
@@ -265,11 +269,9 @@ def defaults_for(env_id: str, cfg: TrainConfig | None = None) -> tuple[str, dict
 
 def _spaces(env_id: str, cfg: TrainConfig | None) -> tuple[bool, bool]:
     """(image observations, continuous actions), from one probe of the env."""
-    from hybrid.assembly import env_settings
-    from hybrid.envs import describe
+    from hybrid.registry import env_spaces
 
-    info = describe(env_id, env_settings(cfg) if cfg is not None else None)
-    return info.image, info.continuous
+    return env_spaces(env_id, cfg)
 
 
 def env_defaults(env_id: str) -> dict[str, Any]:
@@ -315,10 +317,10 @@ _DELTA_ALGOS = {"ppo", "mappo", "ippo"}  # their workers send Δ; a2c, nstep_q s
 def _trains_locally(cfg: TrainConfig) -> bool:
     """Whether the scheduler's workers train locally and send Δ (fedavg, FedBuff)."""
     from hybrid.protocol import TrainLocally
-    from hybrid.schedulers import resolve_scheduler
+    from hybrid.registry import scheduler_task_kind
 
     try:
-        return resolve_scheduler(cfg.scheduler).cls.task_kind is TrainLocally
+        return scheduler_task_kind(cfg.scheduler) is TrainLocally
     except ConfigError:
         return False  # an unknown scheduler: validation says so
 
@@ -334,7 +336,7 @@ def apply_runtime_defaults(cfg: TrainConfig, keep: Iterable[str] = ()) -> TrainC
         and "workers" not in keep
         and _same(cfg.workers, default)
     ):
-        from hybrid.runtimes._parallel import physical_cores
+        from hybrid.cluster_profile import physical_cores
 
         return cfg.replace(workers=physical_cores())
     return cfg

@@ -165,7 +165,7 @@ def describe(env_id: str, settings: EnvSettings | None = None) -> EnvInfo:
         env.close()
 
 
-# --- environments (issue 11): env factories, extras, wrappers from the config --------------
+# --- environments: env factories, extras, wrappers from the config --------------
 
 _FACTORIES: dict[str, tuple[Callable[[], Any], float | None]] = {}
 

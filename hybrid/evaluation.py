@@ -82,19 +82,29 @@ class Evaluator:
             running &= ~(terminated | truncated)
         return returns
 
-    def final_metrics(self, params: torch.Tensor) -> dict[str, float]:
+    def final_metrics(self, params: torch.Tensor) -> dict[str, Any]:
         """Summary figures beyond the mean return, for the final parameters only.
 
         When the workers are edge clients or run env variants: the return on each client's
-        own variant, its mean, worst 10% and spread across clients (fairness).
+        own variant, its mean, worst 10% and spread across clients (fairness). On a
+        multi-agent env: the random policy's return, and the final return under both
+        conventions (the logged per-agent mean, and the team's sum over agents).
         """
         family = env_family(self.settings.env)
         if family is not None and family.baseline_returns is not None:
             # the random policy's return beside the trained one's (multi-agent)
             baseline = resolve(family.baseline_returns)
             random = baseline(self.settings.env, self.episodes, self.seeds)
-            return {"random_return_mean": float(random.mean())}
-        metrics: dict[str, float] = {}
+            figures: dict[str, Any] = {"random_return_mean": float(random.mean())}
+            if self.info.n_agents:  # both return conventions (the same seeds: the same episodes)
+                per_agent = float(self.evaluate(params).mean())
+                figures |= {
+                    "return_convention": "per-agent mean",
+                    "final_eval_return_per_agent_mean": per_agent,
+                    "final_eval_return_team_sum": per_agent * self.info.n_agents,
+                }
+            return figures
+        metrics: dict[str, Any] = {}
         for run, settings in self.settings.final:  # plug-ins: federated's client fairness
             metrics.update(resolve(run)(settings, self.info, params))
         return metrics

@@ -114,6 +114,9 @@ class Update:
     """τ measured where the update was applied, when that was not the loop: a Hogwild!
     worker steps the shared θ itself and counts the applies between its read and its own.
     None: the loop measures τ as its version at apply − ``base_version``."""
+    task_settings: dict[str, Any] | None = None
+    """The task's settings the scheduler chose for this worker (``ready`` returned
+    ``(worker id, settings)``), set by the loop on arrival; None: the run's own."""
 
     @property
     def finished_s(self) -> float:

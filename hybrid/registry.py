@@ -78,7 +78,9 @@ SCHEDULERS = Registry(
     "hybrid.schedulers:SCHEDULERS",
     {"sync": None, "async": None, "bounded": None, "hybrid": None, "fedavg": None},
 )
-"""The built-in schedulers (their settings are TrainConfig fields, checked by validate)."""
+"""The built-in schedulers. Their settings are TrainConfig fields whose defaults and checks
+are each one's ``Settings`` dataclass's (``hybrid.scheduler_settings``)."""
+
 RUNTIMES = Registry(
     "runtime", "hybrid.runtimes:RUNTIMES", {"serial": None, "processes": None, "ray": None}
 )
@@ -93,6 +95,33 @@ ALGORITHMS = Registry(
         "ippo": _needs_env_family,
     },
 )
+
+
+def check_user_scheduler(name: str, args: Mapping[str, Any]) -> None:
+    """ConfigError unless ``name`` is a scheduler of your own (registered, ``module:Class``
+    or ``file.py:Class``) whose ``Settings`` take ``args``. Checked by
+    ``hybrid.schedulers.check_scheduler``, imported on use only: your class imports the
+    scheduler base anyway."""
+    resolve("hybrid.schedulers:check_scheduler")(name, args)
+
+
+def scheduler_task_kind(name: str) -> type:
+    """The ``task_kind`` of scheduler ``name`` (built-in, registered, or a path to your class).
+
+    The config side (``hybrid.defaults``) asks this to choose a recipe; the scheduler is
+    resolved by ``hybrid.schedulers``, imported here on use only, as builders are."""
+    return resolve("hybrid.schedulers:resolve_scheduler")(name).cls.task_kind
+
+
+def env_spaces(env_id: str, cfg: TrainConfig | None) -> tuple[bool, bool]:
+    """(image observations, continuous actions) of ``env_id`` under ``cfg``'s wrappers, from
+    one probe of the env; the env settings are the assembly's, imported here on use only."""
+    from hybrid.envs import describe  # gymnasium's registry and one env, no component
+
+    settings = resolve("hybrid.assembly:env_settings")(cfg) if cfg is not None else None
+    info = describe(env_id, settings)
+    return info.image, info.continuous
+
 
 # Plain choices of one field: the component that reads the field owns the same tuple
 # (hybrid.codecs.CODEC_NAMES, hybrid.core.global_model.OPTIMIZERS,
@@ -109,4 +138,7 @@ __all__ = [
     "RUNTIMES",
     "SCHEDULERS",
     "Registry",
+    "check_user_scheduler",
+    "env_spaces",
+    "scheduler_task_kind",
 ]

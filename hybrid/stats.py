@@ -8,12 +8,22 @@ probability of improvement and performance profiles.
 Written directly over numpy/scipy instead of depending on ``rliable``: the statistics are
 a few lines each, and rliable 1.2.0 pulls in ``arch``, which breaks with pandas 3.
 
+Steps to solve are censored data: a run that never solved is known only to need more than
+its budget, so [`solve_curve`][hybrid.stats.solve_curve] estimates the fraction solved by
+each env step count with the Kaplan–Meier estimator (``scipy.stats.ecdf`` on
+``scipy.stats.CensoredData``) and [`median_steps_to_solve`][hybrid.stats.median_steps_to_solve]
+its median, "not reached" (infinite) when fewer than half the runs solve.
+[`aggregate_across_tasks`][hybrid.stats.aggregate_across_tasks] pools normalized scores of
+several tasks (any number of runs each) with a bootstrap stratified by task.
+
 Score arrays are ``[runs, tasks]``; a 1-D array is read as ``[runs]`` of a single task.
 ``rng`` arguments take a ``numpy.random.Generator``, an int seed, or None (fresh entropy).
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, NamedTuple, overload
 
@@ -21,12 +31,18 @@ import numpy as np
 
 __all__ = [
     "Estimate",
+    "SolveCurve",
     "aggregate",
+    "aggregate_across_tasks",
     "curve_ci",
     "iqm",
     "ks_distance",
+    "median_steps_to_solve",
+    "normalize_scores",
     "performance_profile",
+    "performance_profile_across_tasks",
     "probability_of_improvement",
+    "solve_curve",
     "stratified_bootstrap_ci",
 ]
 
@@ -303,3 +319,202 @@ def ks_distance(counts_a: Sequence[float], counts_b: Sequence[float]) -> float:
             raise ValueError(f"a histogram needs counts >= 0 and a positive total: {counts}")
         cdfs.append(np.cumsum(a) / total)
     return float(np.max(np.abs(cdfs[0] - cdfs[1])))
+
+
+# --------------------------------------------------------------------------- steps to solve
+
+
+class SolveCurve(NamedTuple):
+    """Kaplan–Meier estimate of the fraction of runs solved by each env step count.
+
+    ``steps`` are the distinct step counts at which a run solved or stopped unsolved (was
+    censored), ascending; ``fraction`` is the estimated fraction solved at or before each,
+    with its pointwise confidence band ``low``/``high``. ``median`` is the smallest step count
+    by which at least half the runs are estimated to have solved, with its CI; a value or
+    bound of ``inf`` reads "not reached".
+    """
+
+    steps: np.ndarray
+    fraction: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    median: Estimate
+    n_runs: int
+    n_solved: int
+
+
+def _first_reaching(steps: np.ndarray, curve: np.ndarray, level: float) -> float:
+    """The first step at which ``curve`` reaches ``level``; inf when it never does."""
+    at = np.flatnonzero(curve >= level)
+    return float(steps[at[0]]) if at.size else math.inf
+
+
+def solve_curve(
+    steps: Sequence[float] | np.ndarray,
+    solved: Sequence[bool] | np.ndarray,
+    confidence: float = 0.95,
+) -> SolveCurve:
+    """Fraction of runs solved vs env steps, counting every run.
+
+    ``steps[i]`` is run i's env steps to solve when ``solved[i]``, else the env steps it ran
+    without solving (its budget when it ran to the end): the run is right-censored there.
+    The curve is ``scipy.stats.ecdf`` of the censored sample, its band the log-log
+    pointwise interval (Greenwood's variance). Where the band is undefined (no run left at
+    risk) it is held at its last defined value and the upper bound at 1. The median's CI
+    inverts the band (Brookmeyer and Crowley): from the first step where the upper band
+    reaches 1/2 to the first where the lower band does, ``inf`` when it never does.
+    """
+    from scipy.stats import CensoredData, ecdf
+
+    s = np.asarray(steps, dtype=float).reshape(-1)
+    ok = np.asarray(solved, dtype=bool).reshape(-1)
+    if s.size == 0 or s.shape != ok.shape:
+        raise ValueError(
+            f"steps and solved must be non-empty and of one length, got {s.size} and {ok.size}"
+        )
+    if not np.isfinite(s).all() or (s < 0).any():
+        raise ValueError("steps must be finite and >= 0")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    cdf = ecdf(CensoredData(uncensored=s[ok], right=s[~ok])).cdf
+    x, p = cdf.quantiles, cdf.probabilities
+    if ok.any():
+        with warnings.catch_warnings():
+            # scipy warns where Greenwood's variance is undefined; handled below.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            band = cdf.confidence_interval(confidence, method="log-log")
+        low, high = band.low.probabilities.copy(), band.high.probabilities.copy()
+        # Undefined where no run is left at risk or none solved yet: keep the last bound
+        # (0 before any), and 1 as the upper bound once every run solved.
+        low = np.fmax.accumulate(np.where(np.isnan(low), 0.0, low))
+        high = np.where(np.isnan(high), np.where(p >= 1.0, 1.0, p), high)
+        high = np.fmax.accumulate(np.fmax(high, p))
+        low = np.fmin(low, p)
+    else:
+        low, high = np.zeros_like(p), np.full_like(p, np.nan)
+    median = Estimate(
+        _first_reaching(x, p, 0.5),
+        _first_reaching(x, high, 0.5) if ok.any() else math.inf,
+        _first_reaching(x, low, 0.5),
+    )
+    return SolveCurve(x, p, low, high, median, int(s.size), int(ok.sum()))
+
+
+def median_steps_to_solve(
+    steps: Sequence[float] | np.ndarray,
+    solved: Sequence[bool] | np.ndarray,
+    confidence: float = 0.95,
+) -> Estimate:
+    """Kaplan–Meier median env steps to solve with its CI; ``inf`` reads "not reached".
+
+    Unsolved runs count, censored at the steps they ran (see
+    [`solve_curve`][hybrid.stats.solve_curve]): fewer than half solving gives ``inf``, never
+    a median of the few that solved.
+    """
+    return solve_curve(steps, solved, confidence).median
+
+
+# --------------------------------------------------------------------------- across tasks
+
+
+def normalize_scores(
+    scores: np.ndarray | Sequence[float], random: float, reference: float
+) -> np.ndarray:
+    """``(score − random) / (reference − random)``: 0 at a random policy, 1 at the reference."""
+    if not (math.isfinite(random) and math.isfinite(reference)) or random == reference:
+        raise ValueError(
+            f"random and reference scores must be finite and differ, got {random} and {reference}"
+        )
+    return (np.asarray(scores, dtype=float) - random) / (reference - random)
+
+
+def _as_tasks(scores_by_task: Sequence[np.ndarray | Sequence[float]]) -> list[np.ndarray]:
+    tasks = [np.asarray(t, dtype=float).reshape(-1) for t in scores_by_task]
+    if not tasks or any(t.size == 0 for t in tasks):
+        raise ValueError("scores_by_task must hold at least one task, each with at least one run")
+    if not all(np.isfinite(t).all() for t in tasks):
+        raise ValueError("scores_by_task must be finite")
+    return tasks
+
+
+def _task_resamples(
+    tasks: list[np.ndarray], reps: int, rng: np.random.Generator
+) -> Iterator[list[np.ndarray]]:
+    """Chunks of resamples: per task ``[k, runs of that task]``, runs drawn within the task."""
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    chunk = max(1, _CHUNK_ELEMENTS // sum(t.size for t in tasks))
+    done = 0
+    while done < reps:
+        k = min(chunk, reps - done)
+        yield [t[rng.integers(0, t.size, size=(k, t.size))] for t in tasks]
+        done += k
+
+
+def _task_statistics(batch: list[np.ndarray], gamma: float) -> dict[str, np.ndarray]:
+    """IQM over every run of every task, mean and median of the task means, optimality gap."""
+    task_means = np.stack([t.mean(axis=-1) for t in batch], axis=-1)
+    gaps = np.stack([np.maximum(gamma - t, 0.0).mean(axis=-1) for t in batch], axis=-1)
+    return {
+        "iqm": np.asarray(iqm(np.concatenate(batch, axis=-1), axis=-1)),
+        "mean": task_means.mean(axis=-1),
+        "median": np.median(task_means, axis=-1),
+        "optimality_gap": gaps.mean(axis=-1),
+    }
+
+
+def aggregate_across_tasks(
+    scores_by_task: Sequence[np.ndarray | Sequence[float]],
+    reps: int = 2000,
+    confidence: float = 0.95,
+    rng: RngLike = None,
+    *,
+    gamma: float = 1.0,
+) -> dict[str, Estimate]:
+    """IQM, mean, median and optimality gap of normalized scores over tasks, with CIs.
+
+    ``scores_by_task`` holds one array of run scores per task (normalized, e.g. by
+    [`normalize_scores`][hybrid.stats.normalize_scores]); tasks may have different numbers of
+    runs. The bootstrap resamples runs within each task (stratified), as rliable does. The
+    IQM pools every run of every task; mean and median are of the per-task means; the
+    optimality gap is the mean over tasks of how far runs fall short of ``gamma``. With the
+    same number of runs per task these are rliable's four aggregates.
+    """
+    tasks = _as_tasks(scores_by_task)
+    value = {k: float(v[0]) for k, v in _task_statistics([t[None] for t in tasks], gamma).items()}
+    gen = np.random.default_rng(rng)
+    samples: dict[str, list[np.ndarray]] = {k: [] for k in value}
+    for batch in _task_resamples(tasks, reps, gen):
+        for k, v in _task_statistics(batch, gamma).items():
+            samples[k].append(v)
+    out = {}
+    for k, v in value.items():
+        low, high = _percentiles(np.concatenate(samples[k]), confidence)
+        out[k] = Estimate(v, float(low), float(high))
+    return out
+
+
+def _task_profile(batch: list[np.ndarray], taus: np.ndarray) -> np.ndarray:
+    """Fraction of runs above each tau per task, averaged over tasks: ``[k, taus]``."""
+    return np.mean([(t[..., None] > taus).mean(axis=1) for t in batch], axis=0)
+
+
+def performance_profile_across_tasks(
+    scores_by_task: Sequence[np.ndarray | Sequence[float]],
+    taus: np.ndarray | Sequence[float],
+    reps: int = 2000,
+    confidence: float = 0.95,
+    rng: RngLike = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fraction of runs scoring above each tau (per task, averaged over tasks) with its band.
+
+    Like [`performance_profile`][hybrid.stats.performance_profile] for tasks with different
+    numbers of runs; the band is from the same task-stratified bootstrap.
+    """
+    tasks = _as_tasks(scores_by_task)
+    t = np.atleast_1d(np.asarray(taus, dtype=float))
+    value = _task_profile([x[None] for x in tasks], t)[0]
+    gen = np.random.default_rng(rng)
+    samples = np.concatenate([_task_profile(b, t) for b in _task_resamples(tasks, reps, gen)])
+    low, high = _percentiles(samples, confidence)
+    return value, low, high

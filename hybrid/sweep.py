@@ -344,9 +344,17 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
         raise SweepError(f"{path}: no such file") from None
     except OSError as exc:
         raise SweepError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding: YAML is UTF-8 here
+        raise SweepError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    if len(text) > MAX_YAML_CHARS:
+        raise SweepError(
+            f"{path}: {len(text):,} characters, more than a sweep file's {MAX_YAML_CHARS:,}"
+        )
     try:
-        doc = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader that refuses repeats
-    except _DuplicateKey as exc:
+        # a SafeLoader that refuses repeated keys and alias bombs
+        doc = yaml.load(text, Loader=_unique_key_loader())
+        _check_expanded_size(doc)
+    except (_DuplicateKey, _TooLarge) as exc:
         raise SweepError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise SweepError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
@@ -421,7 +429,7 @@ def _early_terminate(path: Path, raw: Any) -> Hyperband:
     if "min_iter" in raw:
         min_iter = raw["min_iter"]
     elif max_iter is not None and "s" in raw:
-        min_iter = max(1, max_iter // eta ** raw["s"])  # wandb: brackets at max_iter / eta^k
+        min_iter = max(1, _divide_repeatedly(max_iter, eta, raw["s"]))  # wandb: max_iter / eta^s
     else:
         raise SweepError(f"{where}: give min_iter, or max_iter and s (as wandb needs)")
     if max_iter is not None and max_iter < min_iter:
@@ -429,14 +437,65 @@ def _early_terminate(path: Path, raw: Any) -> Hyperband:
     return Hyperband(min_iter, max_iter, eta)
 
 
+def _divide_repeatedly(value: int, divisor: int, times: int) -> int:
+    """``value // divisor ** times`` without computing the power: ``s: 10000000000`` must
+    not build a ten-billion-digit integer. With a divisor >= 2 the quotient is 0 after
+    ``value.bit_length()`` divisions, so that many suffice."""
+    for _ in range(min(times, value.bit_length() + 1)):
+        value //= divisor
+    return value
+
+
 class _DuplicateKey(Exception):
     """A mapping that names a key twice: YAML keeps the last silently, hiding the first."""
+
+
+class _TooLarge(Exception):
+    """A YAML document that expands beyond what a sweep file holds (an alias bomb)."""
+
+
+MAX_YAML_CHARS = 1_000_000
+MAX_YAML_ALIASES = 1_000
+MAX_YAML_ITEMS = 100_000
+"""Bounds on a sweep file: its text, its aliases (``*name``) and the values it expands to.
+Nested anchors (a list of nine aliases of a list of nine aliases...) expand exponentially:
+the file is refused before anything walks the expansion."""
+
+
+def _check_expanded_size(doc: Any) -> None:
+    """Walk ``doc`` as its readers will (aliases expanded), up to ``MAX_YAML_ITEMS`` values."""
+    stack, seen = [doc], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_ITEMS:
+            raise _TooLarge(
+                f"it expands to more than {MAX_YAML_ITEMS:,} values (nested aliases?); "
+                "a sweep file lists its values"
+            )
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def _unique_key_loader() -> type:
     import yaml
 
     class Loader(yaml.SafeLoader):
+        aliases = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_YAML_ALIASES:
+                    raise _TooLarge(
+                        f"more than {MAX_YAML_ALIASES:,} aliases (*name); a sweep file "
+                        "lists its values"
+                    )
+            return super().compose_node(parent, index)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
@@ -550,7 +609,61 @@ def _param(where: str, name: str, spec: Any) -> Param:
         raise SweepError(f"{where}: q must be > 0")
     if "sigma" in full and full["sigma"] < 0:
         raise SweepError(f"{where}: sigma must be >= 0")
-    return Param(name, distribution, full)
+    param = Param(name, distribution, full)
+    _check_draws(where, param)
+    return param
+
+
+_PROBE_QUANTILES = (0.0, 0.5, 1.0 - 1e-12)
+"""Where a distribution is drawn to prove it fits a float: its extremes (as far as a draw
+goes) and its middle. exp() and the quantize steps are monotone, so the extremes bound the
+rest."""
+
+
+def _check_draws(where: str, param: Param) -> None:
+    """Refuse a distribution whose draws overflow a float (``log_uniform`` max 1000 is
+    e^1000; ``log_normal`` mu 1000 likewise) or whose grid or quantization steps cannot be
+    counted (``q_uniform`` q 1e-300), instead of failing in the middle of a sweep."""
+    d, s = param.distribution, param.spec
+    if d in ("constant", "categorical", "categorical_w_probabilities"):
+        return
+    if d == "q_uniform":  # a grid enumerates its steps
+        steps = (float(s["max"]) - float(s["min"])) / float(s["q"])
+        if not math.isfinite(steps) or steps > MAX_STEPS:
+            raise SweepError(
+                f"{where}: q: {s['q']!r} cuts [{s['min']}, {s['max']}] into more than "
+                f"{MAX_STEPS:.0e} steps; use a larger q"
+            )
+    for u in _PROBE_QUANTILES:
+        try:
+            value = param.draw(u)
+        except (OverflowError, ValueError, ZeroDivisionError) as exc:
+            raise SweepError(
+                f"{where}: the {d} distribution's draws overflow a float ({exc}); "
+                f"{_overflow_hint(d)}"
+            ) from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SweepError(f"{where}: the {d} distribution draws {value}; {_overflow_hint(d)}")
+        if isinstance(value, int) and abs(value) > 2**62:
+            raise SweepError(
+                f"{where}: the {d} distribution draws {value:.3e}, beyond what any field takes; "
+                f"{_overflow_hint(d)}"
+            )
+
+
+MAX_STEPS = 1e15
+"""The most quantization steps a ``q_`` distribution may have between min and max."""
+
+
+def _overflow_hint(distribution: str) -> str:
+    if distribution in ("log_uniform", "q_log_uniform", "inv_log_uniform"):
+        return (
+            "its min and max are natural-log exponents (max 10 is e^10 = 22026); keep them "
+            "within +-700"
+        )
+    if "log_normal" in distribution:
+        return "its mu and sigma are in log space: exp(mu + 7 sigma) must stay below 1e308"
+    return "narrow min and max, or use a larger q"
 
 
 def _infer(where: str, spec: dict[str, Any]) -> str:
@@ -787,9 +900,9 @@ class RunBuilder:
         self.envs: dict[str, Any] = {}
 
     def __call__(self, values: dict[str, Any]) -> PlannedRun:
-        from hybrid.core.loop import check_head
         from hybrid.envs import describe
         from hybrid.schedulers import typed_scheduler_args
+        from hybrid.trainer import check_head
 
         name = run_name(values, self.keys)
         run_dir = self.out / name
@@ -814,10 +927,26 @@ class RunBuilder:
             if cfg.env not in self.envs:
                 self.envs[cfg.env] = describe(cfg.env)
             check_head(cfg, self.envs[cfg.env])
+            _check_flags_take_effect(cfg)
         except ConfigError as exc:
             where = f"run {name}: " if self.keys else ""
             raise SweepError(f"{self.sweep.path}: {where}{exc}") from None
         return PlannedRun(name, values, run_dir, (*TRAIN_COMMAND, *train_argv), cfg)
+
+
+def _check_flags_take_effect(cfg: TrainConfig) -> None:
+    """A run whose flags include one that does nothing there is refused when planned, as
+    ``hybrid train`` would refuse it. The env's defaults (hybrid/defaults.py: an algo, an
+    optimizer) may make a flag take effect: they are looked up only for a config the plain
+    check refuses, so that a large plan probes no env."""
+    from hybrid.config import check_flags_take_effect, given_fields
+    from hybrid.defaults import apply_env_defaults
+
+    given = given_fields(cfg)
+    try:
+        check_flags_take_effect(cfg, given)
+    except ConfigError:
+        check_flags_take_effect(apply_env_defaults(cfg, keep=given), given)
 
 
 def _is_scheduler_arg(name: str) -> bool:
@@ -1210,6 +1339,28 @@ class FixedRuns:
         return not self.pending
 
 
+REPEAT_LIMIT = 200
+"""Proposals in a row that meet configs already run, after which a bayes search stops: its
+space (a small grid of values, or continuous values rounded to a few digits) is used up."""
+
+
+def search_space_size(sweep: Sweep) -> int | None:
+    """How many distinct configs the parameters can make, when all are discrete (values,
+    constants, int_uniform); None when any is continuous."""
+    size = 1
+    for p in sweep.params:
+        d, s = p.distribution, p.spec
+        if d == "constant":
+            continue
+        if d in ("categorical", "categorical_w_probabilities"):
+            size *= len(_unique(s["values"]))
+        elif d == "int_uniform":
+            size *= s["max"] - s["min"] + 1
+        else:
+            return None
+    return size
+
+
 class BayesRuns:
     """Runs proposed by TPE in batches of ``batch``: every trial of a batch is asked before
     any is told, and told in trial order once the whole batch is over, so the proposals do
@@ -1225,6 +1376,9 @@ class BayesRuns:
         self.results: dict[str, str] = {}  # run name -> status, for every distinct config
         self.asks = 0
         self.max_asks = 100 * count + 100  # a small discrete space may hold fewer configs
+        self.space = search_space_size(build.sweep)
+        self.repeats = 0  # proposals in a row that met a config already known
+        self.stopped_because = ""
         self.open: list[tuple[Any, PlannedRun, bool]] = []  # (trial, run, runs this session)
         self.exhausted = False
         self.skipped: list[PlannedRun] = []
@@ -1240,7 +1394,16 @@ class BayesRuns:
 
     def _next_batch(self) -> list[PlannedRun]:
         size = min(self.batch, self.count - len(self.results))
-        if size <= 0 or self.asks >= self.max_asks:
+        if self.space is not None and len(self.results) >= self.space:
+            self.stopped_because = (
+                f"the search space holds {self.space} distinct configs and all of them ran"
+            )
+        elif self.repeats >= REPEAT_LIMIT:
+            self.stopped_because = (
+                f"Optuna proposed {self.repeats} configs in a row that had already run; "
+                "the search space is exhausted"
+            )
+        if size <= 0 or self.asks >= self.max_asks or self.stopped_because:
             self.exhausted = True
             return []
         batch_names: set[str] = set()
@@ -1255,6 +1418,7 @@ class BayesRuns:
                 print(f"hybrid sweep: proposal refused: {exc}", file=sys.stderr)
                 continue
             fresh = run.name not in self.results and run.name not in batch_names
+            self.repeats = 0 if fresh else self.repeats + 1
             runs_now = fresh and run.name not in self.done_before
             if fresh and not runs_now:  # finished in an earlier session: with these values?
                 check_finished(run, self.build.sweep)
@@ -1544,6 +1708,7 @@ def sweep_command(argv: Sequence[str]) -> int:
     (nothing started), 130 when interrupted.
     """
     from hybrid.flags import fail
+    from hybrid.schedulers import defer_user_schedulers
 
     try:
         args = _parser().parse_args(list(argv))
@@ -1551,33 +1716,35 @@ def sweep_command(argv: Sequence[str]) -> int:
         return int(exc.code or 0)
     try:
         _check_args(args)
-        sweep = load_sweep(args.sweep)
-        out = Path(args.out) if args.out else Path("runs") / sweep.name
-        if out.exists() and not out.is_dir():
-            raise SweepError(f"--out {out} is a file")
-        searching = sweep.method == "bayes" or sweep.early_terminate is not None
-        if searching and importlib.util.find_spec("optuna") is None:
-            raise SweepError(
-                f"{sweep.path}: {'method: bayes' if sweep.method == 'bayes' else 'early_terminate'}"
-                " needs Optuna: pip install 'hybrid-rl[sweeps]'"
-            )
-        if sweep.method == "bayes":
-            runs: list[PlannedRun] = []
-            count = planned_runs(sweep, args.max_runs)
-            build = RunBuilder(sweep, out)
-            _check_bayes(sweep, build)
-            done = {d.name for d in out.iterdir() if is_finished(d)} if out.is_dir() else set()
-            stale = set()
-        else:
-            runs = plan(sweep, out, args.max_runs, args.seed)
-            count = len(runs)
-            done = {r.name for r in runs if is_finished(r.run_dir)}
-            stale = {r.name for r in runs if r.name not in done and r.run_dir.exists()}
-        for run in runs:
-            if run.name in done:
-                check_finished(run, sweep)
-            elif run.name in stale and not run.run_dir.is_dir():
-                raise SweepError(f"{run.run_dir} is a file, not a run directory")
+        # --dry-run promises to run nothing: a scheduler named by a path is not imported
+        with defer_user_schedulers() if args.dry_run else contextlib.nullcontext():
+            sweep = load_sweep(args.sweep)
+            out = Path(args.out) if args.out else Path("runs") / sweep.name
+            if out.exists() and not out.is_dir():
+                raise SweepError(f"--out {out} is a file")
+            searching = sweep.method == "bayes" or sweep.early_terminate is not None
+            if searching and importlib.util.find_spec("optuna") is None:
+                what = "method: bayes" if sweep.method == "bayes" else "early_terminate"
+                raise SweepError(
+                    f"{sweep.path}: {what} needs Optuna: pip install 'hybrid-rl[sweeps]'"
+                )
+            if sweep.method == "bayes":
+                runs: list[PlannedRun] = []
+                count = planned_runs(sweep, args.max_runs)
+                build = RunBuilder(sweep, out)
+                _check_bayes(sweep, build)
+                done = {d.name for d in out.iterdir() if is_finished(d)} if out.is_dir() else set()
+                stale = set()
+            else:
+                runs = plan(sweep, out, args.max_runs, args.seed)
+                count = len(runs)
+                done = {r.name for r in runs if is_finished(r.run_dir)}
+                stale = {r.name for r in runs if r.name not in done and r.run_dir.exists()}
+            for run in runs:
+                if run.name in done:
+                    check_finished(run, sweep)
+                elif run.name in stale and not run.run_dir.is_dir():
+                    raise SweepError(f"{run.run_dir} is a file, not a run directory")
     except SweepError as exc:
         return fail("sweep", str(exc))
 
@@ -1604,6 +1771,16 @@ def sweep_command(argv: Sequence[str]) -> int:
             f"(min_iter {hb.min_iter}, max_iter {hb.max_iter or 'auto'}, eta {hb.eta})"
         )
     if args.dry_run:
+        named = {r.config.scheduler for r in runs}
+        for p in sweep.params:  # bayes plans no runs up front
+            if p.name == "scheduler":
+                named |= {str(v) for v in p.spec.get("values", [p.spec.get("value")])}
+        for name in sorted(n for n in named if ":" in n):
+            print(
+                f"hybrid sweep: note: --dry-run imports no scheduler file: {name} and its "
+                "scheduler_arg values are checked when the sweep runs",
+                file=sys.stderr,
+            )
         for run in runs:
             state = "complete" if run.name in done else "incomplete" if run.name in stale else "new"
             flags = " ".join(run.argv[len(TRAIN_COMMAND) :])
@@ -1688,6 +1865,8 @@ def sweep_command(argv: Sequence[str]) -> int:
     skipped = [*(r for r in runs if r.name in done)]
     if isinstance(source, BayesRuns):
         skipped = source.skipped
+        if source.stopped_because:
+            print(f"hybrid sweep: bayes stopped early: {source.stopped_because}", file=sys.stderr)
     _write_summary(out, sweep, args.seed, outcomes, skipped)
     print(f"\n{'done':<8} {finished - len(failed) - pruned:>4}")
     if sweep.early_terminate is not None:

@@ -63,6 +63,34 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+SCHEDULER_SOURCE = "scheduler_source.json"
+"""In a run directory: the scheduler file that ran (resolved path, SHA-256 of its bytes)."""
+
+
+def record_scheduler_source(run_dir: Path, source: Any, resuming: bool) -> None:
+    """Write which scheduler file ran (``source``: its ``path`` and ``sha256``; None for a
+    built-in or importable scheduler). A resume must run the same bytes: an edited file
+    would continue the run under other code, so it is refused in one line."""
+    if source is None:
+        return
+    record = {"path": source.path, "sha256": source.sha256}
+    path = Path(run_dir) / SCHEDULER_SOURCE
+    if resuming and path.is_file():
+        try:
+            before = json.loads(path.read_text())
+        except (OSError, ValueError):
+            before = None
+        if isinstance(before, dict) and before.get("sha256") != source.sha256:
+            from hybrid.errors import ConfigError
+
+            raise ConfigError(
+                f"scheduler: {source.path} changed since this run started (SHA-256 "
+                f"{str(before.get('sha256'))[:12]}... then, {source.sha256[:12]}... now); a "
+                "resume continues the same run: restore the file or start a new run"
+            )
+    write_json_atomic(path, record)
+
+
 def finite_json(value: Any) -> Any:
     """``value`` with every non-finite float (also inside lists and dicts) as None: JSON has
     no NaN or Infinity, and null is what strict readers accept."""
@@ -352,6 +380,9 @@ class Tracker:
         self._jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
         # One line per worker task, for `hybrid timeline`; buffered, it is written often.
         self._spans = open(run_dir / "spans.jsonl", "a")  # noqa: SIM115
+        # Rows written so far: a checkpoint records them, so a resume that finds a log cut
+        # short (a power loss: logs are not fsynced) can say how many rows it lost.
+        self._rows = {"metrics.jsonl": 0, "spans.jsonl": 0}
         self.console = Console(settings.total_env_steps, settings.label, settings.progress)
         self.wandb = WandbSink(settings, run_dir) if settings.track else None
         if settings.cluster_profile is not None:
@@ -366,6 +397,7 @@ class Tracker:
         clean = finite_json(row)
         self._jsonl.write(json.dumps(clean, allow_nan=False) + "\n")
         self._jsonl.flush()
+        self._rows["metrics.jsonl"] += 1
         if self.wandb is not None:
             self.wandb.log(row, histograms)
         self.console.update(clean)
@@ -387,21 +419,61 @@ class Tracker:
             f'"upload_start": {_number(end - float(update.upload_s))}, "end": {_number(end)}, '
             f'"base_version": {int(update.base_version)}, "staleness": {tau}, '
             f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}'
+            # the task's settings a scheduler chose for it (ready's per-worker settings)
+            + (f', "task": {json.dumps(update.task_settings)}' if update.task_settings else "")
             # a Byzantine edge client's update (its pool marks every update of such a run)
-            + (', "byzantine": true}\n' if update.stats.get("fed/byzantine") else "}\n")
+            + (', "byzantine": true' if update.stats.get("fed/byzantine") else "")
+            + "}\n"
         )
+        self._rows["spans.jsonl"] += 1
 
-    def offsets(self) -> dict[str, int]:
-        """Byte lengths of the logs now: a resume cuts what a crashed run wrote after them."""
+    def offsets(self) -> dict[str, Any]:
+        """Byte lengths of the logs now, and their rows: a resume cuts what a crashed run
+        wrote after them."""
         self._jsonl.flush()
         self._spans.flush()
-        return {"metrics.jsonl": self._jsonl.tell(), "spans.jsonl": self._spans.tell()}
+        return {
+            "metrics.jsonl": self._jsonl.tell(),
+            "spans.jsonl": self._spans.tell(),
+            "rows": dict(self._rows),
+        }
 
-    def truncate(self, offsets: dict[str, int]) -> None:
+    def truncate(self, offsets: dict[str, Any]) -> None:
+        """Cut each log back to where the checkpoint left it. A log shorter than that (its
+        tail never reached the disk) is not padded: it keeps its whole rows, a warning says
+        how many rows were lost, and the run appends after them."""
+        rows = offsets.get("rows") if isinstance(offsets.get("rows"), dict) else {}
         for name, handle in (("metrics.jsonl", self._jsonl), ("spans.jsonl", self._spans)):
             handle.flush()
-            handle.truncate(offsets[name])
-            handle.seek(offsets[name])
+            offset = int(offsets[name])
+            size = os.fstat(handle.fileno()).st_size
+            recorded = rows.get(name)
+            if size >= offset:
+                handle.truncate(offset)
+                handle.seek(offset)
+                self._rows[name] = (
+                    int(recorded)
+                    if recorded is not None
+                    else _count_rows(self.run_dir / name, offset)
+                )
+                continue
+            kept = _last_whole_row_end(self.run_dir / name, size)
+            handle.truncate(kept)
+            handle.seek(kept)
+            present = _count_rows(self.run_dir / name, kept)
+            self._rows[name] = present
+            lost = (
+                f"{int(recorded) - present} rows"
+                if recorded is not None
+                else f"{offset - kept} bytes of rows"
+            )
+            warnings.warn(
+                f"resume: {name} holds {kept} bytes of whole rows but the checkpoint recorded "
+                f"{offset} (its tail never reached the disk): {lost} lost; appending after "
+                "the last whole row",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def close(self, summary: dict[str, Any] | None = None, artifact: Path | None = None) -> None:
         """``summary`` None: the run did not finish (an error, an interrupt)."""
@@ -417,3 +489,15 @@ class Tracker:
         if self.wandb is not None:
             self.wandb.finish(summary, artifact)
             self.wandb = None
+
+
+def _last_whole_row_end(path: Path, size: int) -> int:
+    """The byte just after the last newline within the first ``size`` bytes of ``path``."""
+    with open(path, "rb") as f:
+        data = f.read(size)
+    return data.rfind(b"\n") + 1
+
+
+def _count_rows(path: Path, size: int) -> int:
+    with open(path, "rb") as f:
+        return f.read(size).count(b"\n")

@@ -21,6 +21,16 @@ if TYPE_CHECKING:
     from hybrid.config import TrainConfig
 
 MULTIAGENT_ALGOS = ("mappo", "ippo", "ppo", "a2c")
+
+PAPER_MAPPO: dict[str, object] = {
+    "mappo_value_loss": "huber",
+    "mappo_huber_delta": 10.0,
+    "mappo_separate_optimizers": True,
+    "mappo_value_norm_per_minibatch": True,
+    "max_grad_norm": 10.0,
+}
+"""The choices of Yu et al. 2022's released MAPPO code where hybrid's defaults differ:
+``hybrid.train(cfg, **PAPER_MAPPO)``, or the same as flags (docs/multiagent.md)."""
 """What runs on a PettingZoo env: ``ppo`` is IPPO there; ``a2c`` one gradient per task."""
 
 
@@ -38,13 +48,22 @@ class MultiAgentSettings:
 
 def settings(cfg: TrainConfig) -> MultiAgentSettings:
     """The family's settings from the flat config (the assembly calls it)."""
+    import dataclasses
+
     from hybrid.assembly import ppo_settings
 
+    ppo = dataclasses.replace(
+        ppo_settings(cfg, multiagent=True),
+        value_loss=cfg.mappo_value_loss,
+        huber_delta=cfg.mappo_huber_delta,
+        separate_clipping=cfg.mappo_separate_optimizers,
+        value_norm_per_minibatch=cfg.mappo_value_norm_per_minibatch,
+    )
     return MultiAgentSettings(
         param_sharing=cfg.param_sharing,
         agent_id=cfg.agent_id,
         critic=critic_kind(cfg),
-        ppo=ppo_settings(cfg, multiagent=True),
+        ppo=ppo,
     )
 
 
@@ -95,6 +114,7 @@ register_env_family(
 
 __all__ = [
     "MULTIAGENT_ALGOS",
+    "PAPER_MAPPO",
     "MultiAgentSettings",
     "check_config",
     "critic_kind",

@@ -159,6 +159,18 @@ class MultiAgentActorCritic(nn.Module):
         entropy = -(logits.exp() * logits).sum(-1)
         return logp, entropy
 
+    def clip_groups(self) -> list[list[slice]]:
+        """The actor's and the critic's parts of the flat θ (``FlatParams`` order), each a
+        list of slices: MAPPO's released code clips their gradients apart."""
+        actor: list[slice] = []
+        critic: list[slice] = []
+        offset = 0
+        for name, p in self.named_parameters():
+            part = critic if name.startswith("critics.") else actor
+            part.append(slice(offset, offset + p.numel()))
+            offset += p.numel()
+        return [actor, critic]
+
 
 # --- building -----------------------------------------------------------------------------------
 
@@ -197,8 +209,12 @@ def prepare_multiagent(
     value_norm: ValueNorm | None,
     normalize_adv: bool = True,
     with_old_logp: bool = True,
+    value_norm_per_minibatch: bool = False,
 ) -> PPOBatch:
     """Per-agent GAE over ``[T, E·N]`` columns, masked by who acted; joint steps as samples.
+
+    With ``value_norm_per_minibatch`` the value normalization is not updated here: the
+    batch keeps its raw returns and the loss updates the statistics per minibatch.
 
     Termination and truncation stay apart: a terminated agent's value is cut to
     zero; a truncated one is bootstrapped from what it observed last (and the
@@ -240,7 +256,8 @@ def prepare_multiagent(
         advantages = torch.from_numpy(adv).reshape(T * E, N) * mask
         returns = advantages + values.reshape(T * E, N)
         if value_norm is not None:
-            value_norm.update(returns[mask > 0])
+            if not value_norm_per_minibatch:
+                value_norm.update(returns[mask > 0])
             targets = value_norm.normalize(returns) * mask
         else:
             targets = returns
@@ -262,11 +279,13 @@ def prepare_multiagent(
         targets.float(),
         mask=mask,
         state=state,
+        returns=returns.float() if value_norm_per_minibatch else None,
     )
 
 
 def _prepare(settings: AlgoSettings) -> Any:
     gamma, gae_lambda = settings.a2c.gamma, settings.a2c.gae_lambda
+    per_minibatch = _family(settings).ppo.value_norm_per_minibatch
 
     def prepare(
         model: Any,
@@ -276,7 +295,14 @@ def _prepare(settings: AlgoSettings) -> Any:
         with_old_logp: bool,
     ) -> PPOBatch:
         return prepare_multiagent(
-            model, rollout, gamma, gae_lambda, value_norm, normalize_adv, with_old_logp
+            model,
+            rollout,
+            gamma,
+            gae_lambda,
+            value_norm,
+            normalize_adv,
+            with_old_logp,
+            per_minibatch,
         )
 
     return prepare

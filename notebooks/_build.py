@@ -512,7 +512,9 @@ A scheduler is a pure policy over updates; the loop owns control flow. Subclass
 - put your hyperparameters in a dataclass assigned to `Settings`: the constructor is
   then `__init__(self, workers, settings)`, and the values come from
   `TrainConfig.scheduler_args`, type-checked against the dataclass;
-- say what workers send (`payload_kind`: `gradient`, `delta`, `trajectory`) and whether
+- say what workers do (`task_kind`: `ComputeGradient` sends a gradient, `TrainLocally`
+  trains `local_steps` steps and sends Δ, `CollectExperience` sends a trajectory to a
+  learner; from `hybrid`), the unit your staleness counts (`staleness_unit`), and whether
   every update is applied alone on arrival (`applies_alone`).
 
 It **may** read θ and its version through `self.model`, keep copies, and draw random
@@ -657,7 +659,7 @@ assert comparison.groups["drop-stale"].staleness_max <= CANDIDATES["drop-stale"]
 
 - Two published rules written with the same public API ship in `examples/schedulers/`:
   DC-ASGD (Zheng et al. 2017; reads θ through `self.model` to compensate the delay) and
-  FedBuff (Nguyen et al. 2022; `payload_kind = "delta"`, a staleness-weighted `combine`).
+  FedBuff (Nguyen et al. 2022; `task_kind = TrainLocally`, a staleness-weighted `combine`).
   `benchmarks/user_schedulers.py` compares them with `async` and `fedavg`.
 - A scheduler that keeps state across steps returns it from `state_dict()` and takes it
   back in `load_state_dict()`, so `--resume` stays bit-exact.

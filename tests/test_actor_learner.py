@@ -13,11 +13,11 @@ from hybrid.algorithms.nstep_q import apex_epsilon, nstep_transitions
 from hybrid.algorithms.rollout import Rollout, concat_rollouts
 from hybrid.nets import QNetwork
 from hybrid.protocol import CollectExperience
-from hybrid.schedulers import ActorLearner, Verdict
+from hybrid.schedulers import ActorLearner, ActorLearnerSettings, Verdict
 
 
 def test_actor_learner_batches_and_drops_lagging_trajectories():
-    s = ActorLearner(workers=3, batch_size=2, max_policy_lag=4)
+    s = ActorLearner(3, ActorLearnerSettings(learner_batch=2, max_policy_lag=4))
     assert s.task_kind is CollectExperience  # actors send trajectories
     assert s.ready([0, 2], version=9) == [0, 2]  # actors never wait
     assert s.admit(make_update(0, 0, [0.0]), staleness=5) is Verdict.DROP

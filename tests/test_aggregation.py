@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,6 +26,7 @@ from hybrid.aggregation import (
 from hybrid.config import TrainConfig
 from hybrid.errors import ConfigError
 from hybrid.protocol import Payload, Update
+from hybrid.scheduler_settings import FedAvgSettings
 from hybrid.schedulers import make_settings, resolve_scheduler
 from hybrid.schedulers.fedavg import FedAvg
 
@@ -174,6 +176,13 @@ def test_krum_accepts_n_above_2f_plus_2():
 # --- fedavg and FedBuff use them ------------------------------------------------------------------
 
 
+def _fedavg(clients: int, **settings) -> FedAvg:
+    """fedavg sampling every client, bound to a seeded stream as the loop binds it."""
+    scheduler = FedAvg(clients, FedAvgSettings(client_fraction=1.0, **settings))
+    scheduler.bind(None, np.random.default_rng(0))
+    return scheduler
+
+
 def _delta(worker: int, values: list[float]) -> Update:
     return Update(worker, 0, torch.tensor(values), env_steps=10, kind=Payload.DELTA)
 
@@ -183,7 +192,7 @@ def test_fedavg_rounds_hold_under_a_rule_where_the_mean_breaks(rule):
     """5 clients per round, one of them sends a huge Δ: the mean follows it, the rules do not."""
 
     def round_direction(settings: AggregationSettings) -> torch.Tensor:
-        s = FedAvg(5, 1.0, seed=0, aggregation=settings)
+        s = _fedavg(5, aggregation=settings)
         started = s.ready(list(range(5)), 0)
         for w in started:
             s.admit(_delta(w, [1e6, -1e6] if w == 0 else [1.0 + 0.1 * w, 2.0]), 0)
@@ -199,7 +208,7 @@ def test_fedavg_rounds_hold_under_a_rule_where_the_mean_breaks(rule):
 
 
 def test_the_plain_mean_leaves_fedavg_bit_for_bit_unchanged():
-    a, b = FedAvg(4, 1.0, seed=1), FedAvg(4, 1.0, seed=1, aggregation=AggregationSettings())
+    a, b = _fedavg(4), _fedavg(4, aggregation=AggregationSettings())
     for s in (a, b):
         for w in s.ready(list(range(4)), 0):
             s.admit(_delta(w, [0.1 * w, 1.0 / (w + 3)]), 0)

@@ -266,7 +266,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Comparison, Path, 
 
 EXPECTED_FILES = [
     f"{stem}.{ext}"
-    for stem in ("curves_env_steps", "curves_time", "staleness", "steps_to_solve", "profile")
+    for stem in (
+        "curves_env_steps",
+        "curves_time",
+        "staleness",
+        "steps_to_solve",
+        "solved_fraction",
+        "profile",
+    )
     for ext in ("png", "pdf")
 ] + ["table.md", "table.tex", "results.json"]
 
@@ -298,8 +305,12 @@ def test_results_json_hand_values(report: tuple[Comparison, Path, list[Path]]) -
         assert low <= g["iqm"]["value"] <= high
         assert g["n_runs"] == 5
     assert (sync["n_solved"], asyn["n_solved"]) == (3, 5)
-    assert sync["steps_to_solve_median"]["value"] == pytest.approx(2000.0)
-    assert asyn["steps_to_solve_median"]["value"] == pytest.approx(900.0)
+    # Kaplan-Meier over every run: sync's two unsolved runs are censored at 5,000 steps, so
+    # its median is the third of five (3,000), not the median of the three that solved.
+    assert sync["median_steps_to_solve"]["value"] == pytest.approx(3000.0)
+    assert sync["solved_only"]["steps_to_solve_median"]["value"] == pytest.approx(2000.0)
+    assert asyn["median_steps_to_solve"]["value"] == pytest.approx(900.0)
+    assert [r["steps"] for r in sync["runs"]] == [1000, 2000, 3000, STEPS, STEPS]
     assert sync["staleness_histogram"] == pytest.approx([1.0])
     assert asyn["staleness_histogram"] == pytest.approx([0.4, 0.24, 0.16, 0.2])
     # async vs sync: only async's 1000 beats anything (all 5) -> 5/25
@@ -314,9 +325,14 @@ def test_results_json_hand_values(report: tuple[Comparison, Path, list[Path]]) -
     # Time axis: virtual clock where recorded, wall clock otherwise.
     assert res["curves"]["time"]["async"]["x_source"] == "virtual_s"
     assert res["curves"]["time"]["sync"]["x_source"] == "wall_s"
-    # Every async run solved and stopped, so its final policy is carried to the axis end.
+    # Every async run solved and stopped, so its final policy is carried to the axis end,
+    # and the curve counts the carried runs there (drawn dashed); none on the shared end.
     time_end = max(STEPS / 1000.0, res["curves"]["time"]["sync"]["x"][-1])
-    assert res["curves"]["time"]["async"]["x"][-1] == pytest.approx(time_end)
+    carried = res["curves"]["time"]["async"]
+    assert carried["x"][-1] == pytest.approx(time_end)
+    assert carried["carried"][-1] == 5
+    assert carried["carried"][0] == 0
+    assert set(res["curves"]["env_steps"]["async"]["carried"]) == {0}
 
 
 def test_markdown_table(report: tuple[Comparison, Path, list[Path]]) -> None:
@@ -324,9 +340,10 @@ def test_markdown_table(report: tuple[Comparison, Path, list[Path]]) -> None:
     lines = comp.to_markdown().splitlines()
     assert lines[0].startswith("| group | runs | IQM [95% CI]")
     sync = next(line for line in lines if line.startswith("| sync |"))
-    assert "| 5 | 300.0 [" in sync and "| 3/5 | 2,000 | 500 |" in sync
+    assert "| 5 | 300.0 [" in sync
+    assert "| 3/5 | 3,000 [1,000, not reached] | 2,000 (3/5) | 500 |" in sync
     asyn = next(line for line in lines if line.startswith("| async |"))
-    assert "| 5/5 | 900 | 1,000 |" in asyn
+    assert "| 5/5 | 900 [500, not reached] | 900 (5/5) | 1,000 |" in asyn
     assert any("P(row > column)" in line for line in lines)
     assert "| sync | 0.80 [" in comp.to_markdown()
 
@@ -585,7 +602,7 @@ def test_load_runs_paths_globs_folders_results(tmp_path: Path) -> None:
 
 
 def test_result_frame_reads_its_run_dir(tmp_path: Path) -> None:
-    from hybrid.core.loop import Result
+    from hybrid.trainer import Result
 
     d = make_runs(tmp_path)[0]
     result = Result(run_dir=d, config=None, summary={}, params=None)  # type: ignore[arg-type]
@@ -615,6 +632,7 @@ def test_compare_returns_the_report_without_writing(
         "curves_time",
         "staleness",
         "steps_to_solve",
+        "solved_fraction",
         "profile",
     }
     # save() writes what compare(..., out) and the CLI write, byte for byte.

@@ -21,7 +21,7 @@ from hybrid.errors import ConfigError
 
 
 def settings(**changes) -> ClientSettings:
-    return ClientSettings(seed=3, env="CartPole-v1", workers=1, clients=40, **changes)
+    return _client_settings(TrainConfig(seed=3, clients=40, **changes))
 
 
 def test_the_byzantine_clients_are_an_exact_seeded_share_and_change_no_other_draw():
@@ -31,7 +31,7 @@ def test_the_byzantine_clients_are_an_exact_seeded_share_and_change_no_other_dra
     again = make_profiles(settings(byzantine_fraction=0.25, client_dynamics="pole_length"))
     assert [p.client_id for p in again if p.attack] == attackers
     other_seed = make_profiles(
-        ClientSettings(seed=4, env="CartPole-v1", workers=1, clients=40, byzantine_fraction=0.25)
+        _client_settings(TrainConfig(seed=4, clients=40, byzantine_fraction=0.25))
     )
     assert [p.client_id for p in other_seed if p.attack] != attackers
     honest = make_profiles(settings(client_dynamics="pole_length"))

@@ -14,9 +14,9 @@ from hybrid.cli import main as cli_main
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.config import TrainConfig
 from hybrid.core.global_model import GlobalModel
-from hybrid.core.loop import initial_params
 from hybrid.envs import describe
 from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime, SharedCores
+from hybrid.trainer import initial_params
 
 
 def hand_profile(**changes) -> ClusterProfile:
@@ -112,7 +112,7 @@ def test_on_one_core_the_workers_stop_while_the_main_process_runs():
 
 
 def _runtime(tiny_config, profile, workers_apply=False, **changes):
-    cfg = tiny_config(workers=2, **changes)
+    cfg = tiny_config(**({"workers": 2} | changes))
     info = describe(cfg.env, env_settings(cfg))
     model = GlobalModel(initial_params(cfg, info))
     settings, pool = runtime_settings(cfg), worker_pool(cfg, info)
@@ -262,8 +262,8 @@ def test_a_bad_profile_is_one_config_error(tmp_path, content, message):
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"cores": 0}, "cores must be an integer >= 1"),
-        ({"apply_s": -1.0}, "apply_s must be a finite number >= 0"),
+        ({"cores": 0}, r"cores must be an integer in \[1, "),
+        ({"apply_s": -1.0}, r"apply_s must be in \[0, "),
         ({"step_cost_s": 0.0}, "step_cost_s must be > 0"),
         ({"runtime": "mpi"}, "runtime 'mpi'"),
         ({"receive_s": "fast"}, "receive_s must be a number"),
@@ -328,10 +328,81 @@ def test_without_a_profile_the_serial_runtime_is_the_plain_one(tiny_config, tmp_
             runtime_settings(cfg),
             info,
             GlobalModel(initial_params(cfg, info)),
-            make_scheduler(scheduler_settings(cfg)),
+            make_scheduler(scheduler_settings(cfg)).applies_alone,
             worker_pool(cfg, info),
         )
         try:
             assert type(runtime) is kind
         finally:
             runtime.close()
+
+
+# --- hostile or changed profiles ------------------------------------------------------------
+
+
+def test_a_resume_runs_on_the_run_directorys_copy_of_the_profile(tiny_config, tmp_path):
+    profile = tmp_path / "machine.json"
+    write_profile(profile, cores=2, receive_s=1e-4, apply_s=2e-4)
+    cfg = tiny_config(
+        total_env_steps=1_500,
+        checkpoint_every=15,
+        keep_checkpoints=100,
+        stop_when_solved=False,
+        cluster=str(profile),
+    )
+    full = hybrid.train(cfg)
+    crashed = crash_copy(full.run_dir, tmp_path / "crashed")
+    # the user's file changes after the run started: the resumed run keeps its machine
+    write_profile(profile, cores=1, step_cost_s=1e-2, receive_s=1e-4, apply_s=2e-4)
+    resumed = hybrid.train(resume=str(crashed))
+    assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
+    assert resumed.summary["virtual_time_s"] == full.summary["virtual_time_s"]
+    # nor does it need the user's file at all
+    crashed_again = crash_copy(full.run_dir, tmp_path / "crashed-again")
+    profile.unlink()
+    again = hybrid.train(resume=str(crashed_again))
+    assert again.summary["virtual_time_s"] == full.summary["virtual_time_s"]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("step_cost_s", 1.7e308),
+        ("apply_s", 3_600.5),
+        ("receive_s", 10**400),
+        ("cores", 10**400),
+        ("read_delay_s", -1.0),
+        ("wake_s_quantiles", [0.0, 1e300]),
+        ("task_cost_quantiles", [2.0, 1.0]),
+    ],
+)
+def test_profile_values_are_bounded_like_the_flags(tmp_path, capsys, field, value):
+    values = hand_profile().to_dict() | {field: value}
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps(values))
+    code = cli_main(["train", "--cluster", str(path), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and field in err and len(err) < 300
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_non_utf8_profile_is_one_line(tmp_path, capsys):
+    path = tmp_path / "machine.json"
+    path.write_bytes(b'{"format": 2, "runtime": "\xff\xfe"}')
+    code = cli_main(["train", "--cluster", str(path), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "not UTF-8" in err
+
+
+def test_a_format_1_profile_still_runs_as_before(tiny_config, tmp_path):
+    values = hand_profile(cores=2).to_dict()
+    for name in ("task_cost_quantiles", "wake_s_quantiles", "read_delay_s", "contention", "fit"):
+        del values[name]
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(values | {"format": 1}))
+    hand_profile(cores=2).save(new)
+    runs = [
+        hybrid.train(tiny_config(cluster=str(p), out=str(tmp_path / p.stem))) for p in (old, new)
+    ]
+    assert runs[0].summary["final_params_sha256"] == runs[1].summary["final_params_sha256"]

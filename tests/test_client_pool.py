@@ -17,12 +17,12 @@ import pytest
 import torch
 
 import hybrid
-from hybrid.assembly import client_settings, env_settings, worker_pool, worker_settings
+from hybrid.assembly import client_settings, env_settings, make_task, worker_pool, worker_settings
 from hybrid.config import TrainConfig
-from hybrid.core.loop import initial_params, make_task
 from hybrid.envs import describe, make_vector_env
 from hybrid.protocol import Snapshot, TrainLocally
 from hybrid.runtimes.pool import EdgeClients, LentParts, PersistentWorkers, resets_completely
+from hybrid.trainer import initial_params
 
 
 def _fedavg(clients: int, out: Path, **changes) -> TrainConfig:

@@ -3,7 +3,7 @@
 Every generated command line either parses and validates, or ends in exactly one
 line on stderr naming what was wrong, with exit code 2 and nothing on disk. The same
 holds for run directories that cannot be written and for resumes of a run whose
-config.json was edited or that is given flags (issue 20): 1,050 examples in all, and
+config.json was edited or that is given flags: 1,050 examples in all, and
 validation only: no example trains (a stub stops each run where its runtime would start).
 """
 
@@ -59,7 +59,7 @@ WEIRD = [
     "-",
     "1_000",
     "９",
-    # numeric extremes (issue 20): beyond float32, int64, memory, the virtual clock
+    # numeric extremes: beyond float32, int64, memory, the virtual clock
     "1e39",
     "-1e39",
     "3.4028235e38",
@@ -109,14 +109,14 @@ def validate_only(monkeypatch):
     calls = []
 
     def fake_train(cfg, **overrides):  # the CLI passes the flags it was given as keywords
-        from hybrid.core.loop import check_config
+        from hybrid.trainer import check_config
 
         cfg = cfg.replace(**overrides)
         check_config(cfg)  # validate, env, head, memory: all train checks before writing
         calls.append(cfg)
         raise SystemExit(0)
 
-    monkeypatch.setattr("hybrid.core.loop.train", fake_train)
+    monkeypatch.setattr("hybrid.trainer.train", fake_train)
     return calls
 
 
@@ -151,7 +151,7 @@ def test_the_fuzz_reaches_both_outcomes(validate_only, tmp_path, capsys):
     assert main(["train", "--workers=0", "--out", str(tmp_path / "b")]) == 2
 
 
-# --- run directories that cannot be used (issue 20) ----------------------------------------
+# --- run directories that cannot be used ----------------------------------------
 
 
 class _Started(BaseException):
@@ -163,7 +163,7 @@ def stop_at_runtime(monkeypatch):
     def no_runtime(*args, **kwargs):
         raise _Started
 
-    monkeypatch.setattr("hybrid.core.loop.make_runtime", no_runtime)
+    monkeypatch.setattr("hybrid.trainer.make_runtime", no_runtime)
 
 
 # mostly runs that validate, so that the run directory is what decides
@@ -256,7 +256,7 @@ def test_run_directory_problems_are_one_line_and_leave_nothing(kind, argv, stop_
         shutil.rmtree(root, ignore_errors=True)
 
 
-# --- resumes of an edited run directory, with flags (issue 20) ------------------------------
+# --- resumes of an edited run directory, with flags ------------------------------
 
 
 @pytest.fixture(scope="module")

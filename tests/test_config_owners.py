@@ -25,11 +25,12 @@ ASSEMBLY = {
     "hybrid.registry",
     "hybrid.defaults",  # per-env defaults of the fields themselves
     "hybrid.assembly",  # builds every component's settings from the config
-    "hybrid.core.loop",  # train(): reads the run's own fields, builds through hybrid.assembly
+    "hybrid.trainer",  # train(): reads the run's own fields, builds through hybrid.assembly
     "hybrid.cli",
     "hybrid.flags",
     "hybrid.sweep",
     "hybrid.calibrate",  # a subcommand that builds its own configs
+    "hybrid.reproduce.entries.a3c_speedup",  # hybrid reproduce: calibrates with its own config
     # A plug-in's registration is its part of the assembly: its check of the config and the
     # builder of its own settings (EnvFamily.settings, FinalEvaluation.settings).
     "multiagent",
@@ -147,7 +148,7 @@ def test_the_check_sees_a_foreign_read() -> None:
         "hybrid.schedulers.bounded:4 reads lr (owner global_model)",
         "hybrid.schedulers.bounded:5 reads codec (owner codecs)",
     ]
-    assert violations({"hybrid.core.loop": source}) == []  # the assembly reads anything
+    assert violations({"hybrid.trainer": source}) == []  # the assembly reads anything
 
 
 def train_config_imports(source: str) -> list[int]:

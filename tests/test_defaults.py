@@ -1,4 +1,4 @@
-"""Defaults per env family (issue 18): which family an id belongs to, the recipe an id of no
+"""Defaults per env family: which family an id belongs to, the recipe an id of no
 family gets from its spaces, and the rule that a field you set stays yours."""
 
 from __future__ import annotations

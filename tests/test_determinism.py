@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import hybrid
-from hybrid.core.loop import initial_params
 from hybrid.envs import describe
+from hybrid.trainer import initial_params
 
 
 def _hash(tiny_config, tmp_path, name: str, **changes) -> str:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hybrid
-from hybrid.assembly import algo_settings, scheduler_settings
+from hybrid.assembly import algo_settings, runtime_settings, scheduler_settings
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, resolve_device
 from hybrid.core.learner import to_device
@@ -26,7 +26,7 @@ NO_CUDA = pytest.mark.skipif(
 
 # final_params_sha256 of these runs on main before --device existed (commit b678f3a).
 # async_a2c's first round computes the workers' gradients together (run_group); when that
-# batched computation changed (vmap -> stacked parameter copies, issue 18) its rounding
+# batched computation changed (vmap -> stacked parameter copies) its rounding
 # changed, and the hash was taken again with --device unset.
 BEFORE_DEVICES = {
     "async_a2c": ("c328319f7908a6cbf4367ab43faed50707fb16700df093970765ea17297a3358", {}),
@@ -148,16 +148,16 @@ def test_a_learner_moved_to_a_device_still_loads_and_reads_one_flat_buffer():
 def test_auto_keeps_theta_on_cpu_where_workers_write_it(monkeypatch):
     """With a GPU, auto is cuda, except under Hogwild! (workers step θ in shared CPU
     memory) and for multi-agent learners, where cuda itself is refused in one line."""
-    from hybrid.core.loop import learner_device
     from hybrid.envs import describe
     from hybrid.schedulers import make_scheduler
+    from hybrid.trainer import learner_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
     info = describe("CartPole-v1")
 
     def device(**changes) -> str:
         cfg = TrainConfig(env="CartPole-v1", workers=2, **changes)
-        return learner_device(cfg, info, make_scheduler(scheduler_settings(cfg))).type
+        return learner_device(cfg, info, make_scheduler(scheduler_settings(cfg)).applies_alone).type
 
     assert device(scheduler="hybrid") == "cuda"
     assert device(scheduler="async", runtime="serial") == "cuda"
@@ -167,3 +167,27 @@ def test_auto_keeps_theta_on_cpu_where_workers_write_it(monkeypatch):
     with pytest.raises(ConfigError, match=r"^device: cuda: Hogwild! workers step θ in shared"):
         device(scheduler="async", runtime="processes", device="cuda")
     assert device(scheduler="hybrid", device="cpu") == "cpu"
+
+
+def test_edge_clients_under_async_on_processes_keep_the_learner_on_the_gpu(monkeypatch):
+    """Edge clients come and go on any process, so their workers never write θ (no
+    Hogwild!): the learner may use the GPU, and --device cuda is not refused."""
+    from hybrid.envs import describe
+    from hybrid.runtimes import workers_write_params
+    from hybrid.schedulers import make_scheduler
+    from hybrid.trainer import learner_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
+    info = describe("CartPole-v1")
+    cfg = TrainConfig(env="CartPole-v1", workers=2, clients=8, scheduler="async")
+    applies_alone = make_scheduler(scheduler_settings(cfg)).applies_alone
+    assert applies_alone
+    assert not workers_write_params(runtime_settings(cfg.replace(runtime="processes")), True, False)
+    for device in ("auto", "cuda"):
+        chosen = learner_device(cfg.replace(runtime="processes", device=device), info, True)
+        assert chosen.type == "cuda", device
+    # the same run with persistent workers is Hogwild!: θ stays in shared CPU memory
+    persistent = cfg.replace(runtime="processes", clients=None)
+    assert learner_device(persistent, info, True).type == "cpu"
+    with pytest.raises(ConfigError, match=r"^device: cuda: Hogwild!"):
+        learner_device(persistent.replace(device="cuda"), info, True)

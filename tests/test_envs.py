@@ -1,4 +1,4 @@
-"""Environments beyond CartPole (issue 11): env factory, wrappers, per-env defaults,
+"""Environments beyond CartPole: env factory, wrappers, per-env defaults,
 observation normalization as global-model state, reward scaling, Gaussian heads, the
 Atari pipeline and the Nature CNN, and smoke runs of the extras (MuJoCo, Atari,
 highway-env, Box2D) when they are installed.
@@ -56,7 +56,7 @@ def test_env_defaults_fill_only_fields_left_at_the_global_default():
     assert cfg.gamma == table["gamma"] and cfg.normalize_obs is True  # left alone: the env's
     untouched = apply_env_defaults(TrainConfig(env="Pendulum-v1", env_defaults=False))
     assert untouched == TrainConfig(env="Pendulum-v1", env_defaults=False)
-    # CartPole has no entry of its own: it gets the classic-control family's (issue 18)
+    # CartPole has no entry of its own: it gets the classic-control family's
     assert apply_env_defaults(TrainConfig()) == TrainConfig().replace(**DISCRETE_A2C)
     kept = apply_env_defaults(TrainConfig(env="Pendulum-v1"), keep={"workers"})
     assert kept.workers == TrainConfig().workers and kept.gamma == 0.9

@@ -1,4 +1,4 @@
-"""Federated averaging across simulated edge clients (issue 6).
+"""Federated averaging across simulated edge clients.
 
 Scheduler maths and policy on hand-made updates; client profiles and env variants;
 equivalence with sync; the virtual clock's round time; per-client fairness; memory
@@ -23,7 +23,13 @@ from conftest import crash_copy, make_update, metric_rows
 import hybrid
 from federated import fairness_settings
 from federated.evaluation import client_returns, fairness
-from hybrid.assembly import client_settings, runtime_settings, worker_pool, worker_settings
+from hybrid.assembly import (
+    client_settings,
+    make_task,
+    runtime_settings,
+    worker_pool,
+    worker_settings,
+)
 from hybrid.cli import parse_train_args
 from hybrid.clients import (
     CARTPOLE_RANGES,
@@ -34,11 +40,31 @@ from hybrid.clients import (
 )
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step
-from hybrid.core.loop import initial_params, make_task
 from hybrid.core.worker import Worker
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot, TrainLocally
-from hybrid.schedulers import SCHEDULERS, FedAvg, Verdict
+from hybrid.schedulers import SCHEDULERS, FedAvg, FedAvgSettings, Verdict
+from hybrid.seeding import SCHEDULER, stream
+from hybrid.trainer import initial_params
+
+
+def fedavg(clients: int, seed: int = 0, **settings) -> FedAvg:
+    """fedavg over ``clients`` clients, its draws from a generator seeded as the loop's
+    ``bind`` seeds the scheduler's stream."""
+    scheduler = FedAvg(clients, FedAvgSettings(**settings))
+    scheduler.bind(None, np.random.default_rng(seed))
+    return scheduler
+
+
+def built_and_bound(cfg: TrainConfig) -> FedAvg:
+    """The scheduler the registry builds for ``cfg``, bound to the run's scheduler stream as
+    the trainer binds it."""
+    from hybrid.assembly import scheduler_settings
+    from hybrid.schedulers import make_scheduler
+
+    scheduler = make_scheduler(scheduler_settings(cfg))
+    scheduler.bind(None, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
+    return scheduler
 
 
 def delta(worker_id: int, values, env_steps: int = 10, base_version: int = 0, **kw):
@@ -59,7 +85,7 @@ def test_fedavg_is_registered_beside_the_others():
 
 
 def test_combine_is_the_sample_weighted_mean_of_the_deltas():
-    s = FedAvg(3, fraction=1.0)
+    s = fedavg(3, client_fraction=1.0)
     assert s.ready([0, 1, 2], version=0) == [0, 1, 2]
     # n_k = 10, 30, 60: (10*[1,2] + 30*[4,-2] + 60*[0.5,1]) / 100 = [1.6, 0.2]
     report_all(s, [0, 1, 2], {0: [1.0, 2.0], 1: [4.0, -2.0], 2: [0.5, 1.0]}, {1: 30, 2: 60})
@@ -76,7 +102,7 @@ def test_server_sgd_lr1_applies_the_mean_delta_exactly():
     locals_ = [torch.tensor([3.0, 0.0, 0.5]), torch.tensor([-1.0, -5.0, 2.5])]
     weights = [1.0, 3.0]
     model = GlobalModel(theta, optimizer="sgd", lr=1.0, max_grad_norm=0.5)
-    s = FedAvg(2, fraction=1.0)
+    s = fedavg(2, client_fraction=1.0)
     s.ready([0, 1], 0)
     for k, (local, n) in enumerate(zip(locals_, weights, strict=True)):
         s.admit(delta(k, (theta - local).tolist(), env_steps=int(n)), 0)
@@ -114,19 +140,19 @@ def test_clients_per_round_is_max_one_floor_c_k():
 def test_sampling_is_seeded_and_draws_only_idle_clients():
     rounds = []
     for seed in (0, 0, 1):
-        s = FedAvg(100, fraction=0.1, seed=seed)
+        s = fedavg(100, seed=seed, client_fraction=0.1)
         picked = s.ready(list(range(100)), 0)
         assert len(picked) == 10 and picked == sorted(set(picked))
         rounds.append(picked)
     assert rounds[0] == rounds[1]
     assert rounds[0] != rounds[2]
-    s = FedAvg(100, fraction=0.5, seed=3)
+    s = fedavg(100, seed=3, client_fraction=0.5)
     idle = list(range(0, 100, 3))
     assert set(s.ready(idle, 0)) <= set(idle)
 
 
 def test_round_stays_open_until_every_sampled_client_reported():
-    s = FedAvg(6, fraction=0.5, seed=1)
+    s = fedavg(6, seed=1, client_fraction=0.5)
     picked = s.ready(list(range(6)), version=4)
     assert len(picked) == 3
     others = [w for w in range(6) if w not in picked]
@@ -144,36 +170,37 @@ def test_round_stays_open_until_every_sampled_client_reported():
 
 
 def test_state_dict_round_trip_continues_the_same_draws():
-    a = FedAvg(50, fraction=0.2, seed=5, dropout=0.3)
+    a = fedavg(50, seed=5, client_fraction=0.2, client_dropout=0.3)
     first = a.ready(list(range(50)), 0)
     report_all(a, first, {w: [1.0] for w in first})
     a.combine()
-    b = FedAvg(50, fraction=0.2, seed=5, dropout=0.3)
+    b = fedavg(50, seed=5, client_fraction=0.2, client_dropout=0.3)
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    b.rng.bit_generator.state = a.rng.bit_generator.state  # the loop checkpoints the stream
     assert a.ready(list(range(50)), 1) == b.ready(list(range(50)), 1)
     assert a.metrics() == b.metrics()
 
 
 def test_dropped_out_clients_never_start_and_are_counted():
-    s = FedAvg(200, fraction=0.5, seed=2, dropout=0.25)
+    s = fedavg(200, seed=2, client_fraction=0.5, client_dropout=0.25)
     started = s.ready(list(range(200)), 0)
     m = s.metrics()
     assert m["sched/sampled"] == 100
     assert m["sched/dropouts"] + len(started) == 100
     assert 10 < m["sched/dropouts"] < 40  # ~25 of 100
-    none = FedAvg(200, fraction=0.5, seed=2)
+    none = fedavg(200, seed=2, client_fraction=0.5)
     assert len(none.ready(list(range(200)), 0)) == 100
 
 
 def test_a_round_without_survivors_is_skipped_not_stalled():
-    s = FedAvg(1, fraction=1.0, seed=0, dropout=0.9)
+    s = fedavg(1, seed=0, client_fraction=1.0, client_dropout=0.9)
     assert s.ready([0], 0) == [0]  # eventually someone stays
     assert s.metrics()["sched/empty_rounds"] > 0
 
 
 def test_only_available_clients_are_sampled():
     availability = [1.0] * 10 + [1e-12] * 10
-    s = FedAvg(20, fraction=0.5, seed=0, availability=availability)
+    s = fedavg(20, seed=0, client_fraction=0.5, client_availability=availability)
     for version in range(5):
         picked = s.ready(list(range(20)), version)
         assert picked and max(picked) < 10
@@ -182,7 +209,7 @@ def test_only_available_clients_are_sampled():
 
 
 def test_a_gradient_update_is_refused_loudly():
-    s = FedAvg(2, fraction=1.0)
+    s = fedavg(2, client_fraction=1.0)
     s.ready([0, 1], 0)
     with pytest.raises(RuntimeError, match="delta"):
         s.admit(make_update(0, 0, [1.0]), 0)
@@ -192,7 +219,7 @@ def test_a_gradient_update_is_refused_loudly():
 
 
 def test_deadline_drops_late_deltas_and_counts_them():
-    s = FedAvg(3, fraction=1.0, deadline_s=1.0)
+    s = fedavg(3, client_fraction=1.0, round_deadline_s=1.0)
     s.ready([0, 1, 2], 0)
     assert s.admit(delta(0, [1.0], cost_s=0.5), 0) is Verdict.BUFFER
     assert s.admit(delta(1, [3.0], cost_s=0.9), 0) is Verdict.BUFFER
@@ -203,7 +230,7 @@ def test_deadline_drops_late_deltas_and_counts_them():
 
 
 def test_late_deltas_can_be_admitted_later_with_their_staleness():
-    s = FedAvg(3, fraction=1.0, deadline_s=1.0, late_policy="admit")
+    s = fedavg(3, client_fraction=1.0, round_deadline_s=1.0, late_policy="admit")
     s.ready([0, 1, 2], 0)
     s.admit(delta(0, [1.0], cost_s=0.5), 0)
     s.admit(delta(1, [1.0], cost_s=0.5), 0)
@@ -735,3 +762,178 @@ def test_fedavg_on_ray_matches_serial(tmp_path):
     assert on_ray.summary["updates"] == serial.summary["updates"] == 3
     # Same seeds, same Δs; only the arrival order (so the summation order) may differ.
     torch.testing.assert_close(on_ray.params, serial.params, rtol=0, atol=1e-6)
+
+
+# --- counters, settings and checkpoints over several rounds ---------------------------------------
+
+
+def test_from_settings_keeps_the_clients_availability_and_dropout():
+    """A config's client_availability and client_dropout reach the scheduler the registry
+    builds: with C = 1 a round samples only the available clients, and some drop out."""
+
+    def first_round(**changes):
+        cfg = TrainConfig(scheduler="fedavg", clients=200, client_fraction=1.0, **changes)
+        s = built_and_bound(cfg)
+        started = s.ready(list(range(200)), 0)
+        return len(started), s.metrics()
+
+    assert first_round() == (200, first_round()[1])  # everyone, the baseline
+    started, m = first_round(client_availability=0.3)
+    assert m["sched/sampled"] == started and 30 < started < 100  # ~60 of 200
+    started, m = first_round(client_dropout=0.5)
+    assert m["sched/sampled"] == 200 and 60 < m["sched/dropouts"] < 140
+    assert started == 200 - m["sched/dropouts"]
+
+
+def test_round_counters_accumulate_over_rounds():
+    """Every counter is a running total: after several rounds it is the sum of what each
+    round added, not the last round's."""
+    s = fedavg(10, seed=0, client_fraction=0.5, round_deadline_s=1.0)
+    for version in range(4):
+        started = s.ready(list(range(10)), version)
+        assert len(started) == 5
+        for w in started:  # the first sampled client of each round misses the deadline
+            s.admit(
+                delta(w, [1.0], base_version=version, cost_s=2.0 if w == started[0] else 0.5), 0
+            )
+        s.combine()
+    m = s.metrics()
+    assert (m["sched/rounds"], m["sched/sampled"], m["sched/late_dropped"]) == (4, 20, 4)
+    assert m["sched/dropouts"] == 0 and m["sched/empty_rounds"] == 0
+
+    # one client that drops out 90% of the time: every draw samples it once, every empty
+    # round is one dropout, and the draws are the rounds plus the empty rounds
+    lonely = fedavg(1, seed=3, client_fraction=1.0, client_dropout=0.9)
+    for version in range(3):
+        assert lonely.ready([0], version) == [0]
+        lonely.admit(delta(0, [1.0], base_version=version), 0)
+        lonely.combine()
+    m = lonely.metrics()
+    assert m["sched/rounds"] == 3 and m["sched/empty_rounds"] > 3
+    assert m["sched/dropouts"] == m["sched/empty_rounds"]
+    assert m["sched/sampled"] == m["sched/rounds"] + m["sched/empty_rounds"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"client_dropout": 1.0}, "client_dropout"),
+        ({"client_dropout": -0.1}, "client_dropout"),
+        ({"client_dropout": float("nan")}, "client_dropout"),
+        ({"client_dropout": [0.1, 0.2, 1.0]}, "client_dropout"),
+        ({"client_dropout": [0.1, 0.2]}, "client_dropout"),
+        ({"client_availability": 0.0}, "client_availability"),
+        ({"client_availability": 1.5}, "client_availability"),
+        ({"client_availability": float("nan")}, "client_availability"),
+        ({"client_availability": [1.0, 0.5, -0.5]}, "client_availability"),
+        ({"client_availability": [1.0] * 4}, "client_availability"),
+        ({"round_deadline_s": -1.0}, "round_deadline_s"),
+        ({"late_policy": "maybe"}, "late_policy"),
+    ],
+)
+def test_bad_probabilities_are_refused_by_fedavg_itself(kwargs, field):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        fedavg(3, client_fraction=1.0, **kwargs)
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, float("nan")])
+def test_a_bad_fraction_is_refused_by_fedavg_itself(fraction):
+    with pytest.raises(ValueError, match=r"^client_fraction: "):
+        fedavg(3, client_fraction=fraction)
+
+
+def test_a_checkpoint_taken_mid_round_resumes_to_the_same_result():
+    """state_dict, the buffer and the bound stream (what the loop checkpoints), taken while
+    a round waits for a client and a late Δ is held, then restored into a fresh scheduler:
+    the round closes with the same step, and the next rounds draw the same clients with the
+    same counters."""
+
+    def play_first_round(s):
+        s.ready(list(range(6)), 0)  # C = 1: all six, of which some drop out
+        started = sorted(s.pending)
+        s.admit(delta(started[0], [1.0], cost_s=3.0), 0)  # late: held for a later round
+        s.admit(delta(started[1], [2.0], cost_s=0.5), 0)
+        return started
+
+    def finish(s, started):
+        for w in started[2:]:
+            s.admit(delta(w, [float(w)], cost_s=0.7), 0)
+        steps = [s.combine()]
+        for version in (1, 2):
+            picked = s.ready(list(range(6)), version)
+            for w in picked:
+                s.admit(delta(w, [0.5], base_version=version, started_s=2.0 * version), 0)
+            steps.append(s.combine())
+        return steps, s.metrics()
+
+    settings = {"client_fraction": 1.0, "seed": 4, "client_dropout": 0.2, "round_deadline_s": 1.0}
+    uninterrupted = fedavg(6, late_policy="admit", **settings)
+    started = play_first_round(uninterrupted)
+    assert len(started) >= 3 and uninterrupted.round_open
+    saved = json.loads(json.dumps(uninterrupted.state_dict()))
+    buffer = list(uninterrupted.buffer)
+    rng_state = uninterrupted.rng.bit_generator.state  # the loop checkpoints the bound stream
+    expected_steps, expected_metrics = finish(uninterrupted, started)
+
+    resumed = fedavg(6, late_policy="admit", **settings)
+    resumed.load_state_dict(saved)
+    resumed.buffer = buffer
+    resumed.rng.bit_generator.state = rng_state
+    assert resumed.round_open and not resumed.full()  # still waiting for its clients
+    steps, metrics = finish(resumed, started)
+    assert metrics == expected_metrics and metrics["sched/late_admitted"] == 1
+    for got, want in zip(steps, expected_steps, strict=True):
+        assert [u.worker_id for u in got.updates] == [u.worker_id for u in want.updates]
+        assert torch.equal(got.direction, want.direction)
+
+
+def test_from_settings_keeps_the_seed_and_the_deadline():
+    def built(**changes):
+        cfg = TrainConfig(scheduler="fedavg", clients=100, client_fraction=0.1, **changes)
+        return built_and_bound(cfg)
+
+    def first_round(scheduler):
+        return scheduler.ready(list(range(100)), 0)
+
+    by_hand = FedAvg(100, FedAvgSettings(client_fraction=0.1))
+    by_hand.bind(None, np.random.default_rng(stream(7, SCHEDULER)))
+    assert first_round(built(seed=7)) == first_round(by_hand)
+    assert first_round(built(seed=7)) != first_round(built(seed=8))
+    s = built(round_deadline_s=1.0)
+    started = first_round(s)
+    assert s.admit(delta(started[0], [1.0], cost_s=2.0), 0) is Verdict.DROP  # late
+
+
+def test_without_a_deadline_no_delta_is_late():
+    s = fedavg(2, client_fraction=1.0)
+    s.ready([0, 1], 0)
+    assert s.admit(delta(0, [1.0], cost_s=1e6), 0) is Verdict.BUFFER
+    assert s.admit(delta(1, [3.0], cost_s=5.0), 0) is Verdict.BUFFER
+    step = s.combine()
+    torch.testing.assert_close(step.direction, torch.tensor([2.0]))
+    assert step.clip is False  # a model difference is never clipped as a gradient
+    assert s.metrics()["sched/late_dropped"] == 0
+
+
+def test_late_deltas_count_their_staleness_from_the_round_they_missed():
+    """Two late Δs admitted rounds later: the counters add up, and each Δ's staleness is the
+    admitting round's version minus its own base version."""
+    s = fedavg(2, client_fraction=1.0, round_deadline_s=1.0, late_policy="admit")
+    base = 3  # the first round starts at version 3
+    s.ready([0, 1], base)
+    s.admit(delta(0, [1.0], base_version=base, cost_s=0.5), 0)
+    s.admit(delta(1, [9.0], base_version=base, cost_s=2.5), 0)  # late: arrives at t = 2.5
+    s.combine()
+    s.ready([0], base + 1)  # client 1 is still busy
+    s.admit(delta(0, [1.0], base_version=base + 1, started_s=1.0, cost_s=0.5), 0)
+    s.combine()  # closes at 1.5: the late Δ has not arrived yet
+    s.ready([0, 1], base + 2)
+    s.admit(delta(0, [1.0], base_version=base + 2, started_s=2.0, cost_s=0.9), 0)
+    s.admit(delta(1, [9.0], base_version=base + 2, started_s=2.0, cost_s=3.0), 0)  # late again
+    s.combine()  # closes at 2.9: the first late Δ (2.5) is admitted, two versions stale
+    s.ready([0], base + 3)
+    s.admit(delta(0, [1.0], base_version=base + 3, started_s=5.0, cost_s=0.5), 0)
+    s.combine()  # closes at 5.5: the second late Δ (5.0) is admitted, one version stale
+    m = s.metrics()
+    assert m["sched/late_admitted"] == 2
+    assert m["sched/late_staleness_mean"] == (2 + 1) / 2

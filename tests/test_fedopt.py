@@ -204,3 +204,51 @@ def test_bad_server_settings_are_one_clear_error(changes, field):
     with pytest.raises(ConfigError, match=f"^{field}: ") as info:
         cfg.validate()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_fedopt_defaults_are_the_papers(rule):
+    """FedOpt(...) without β1, β2, τ steps as Algorithm 2 with the documented defaults
+    β1 = 0.9, β2 = 0.99, τ = 1e-3, over rounds whose |Δ| falls on both sides of τ."""
+    from hybrid.fedopt import FEDOPT_RULES, FedOpt
+
+    x0 = np.random.default_rng(3).standard_normal(32)
+    deltas = _random_deltas(4, 32, seed=4)
+    param = torch.tensor(x0, dtype=torch.float64)
+    optimizer = FedOpt([param], FEDOPT_RULES[rule], lr=0.05)
+    expected = reference_fedopt(x0, deltas, rule, [0.05] * 4, beta1=0.9, beta2=0.99, tau=1e-3)
+    for delta, want in zip(deltas, expected, strict=True):
+        param.grad = torch.tensor(-delta)  # hybrid descends along −Δ
+        optimizer.step()
+        np.testing.assert_allclose(param.numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_the_server_betas_default_to_the_papers():
+    """--server-beta1 and --server-beta2 default to the paper's 0.9 and 0.99 (the docs say
+    so), and reach a fedadam server optimizer built from a default config."""
+    from hybrid.assembly import server_settings
+    from hybrid.core.global_model import build_global_model
+
+    cfg = TrainConfig(optimizer="fedadam", scheduler="fedavg")
+    model = build_global_model(server_settings(cfg), torch.zeros(4))
+    group = model.optimizer.param_groups[0]
+    assert (group["beta1"], group["beta2"], group["tau"]) == (0.9, 0.99, cfg.adam_eps)
+
+
+def test_an_eps_that_float32_rounds_to_zero_is_refused():
+    # --adam-eps 1e-79 rounded to 0 in float32: with --max-grad-norm 1e-79 every step was 0/0
+    for eps in (1e-79, 1e-39, 0.9 * np.finfo(np.float32).tiny):
+        with pytest.raises(ConfigError, match=r"^adam_eps: .* below float32's smallest normal"):
+            TrainConfig(adam_eps=float(eps)).validate()
+    TrainConfig(adam_eps=float(np.finfo(np.float32).tiny)).validate()  # the bound itself runs
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "fedadam"])
+def test_the_smallest_eps_keeps_zero_steps_finite(optimizer):
+    """At eps = float32's tiny a zero direction (every gradient clipped to nothing) is a
+    zero step, not 0/0."""
+    tiny = float(np.finfo(np.float32).tiny)
+    model = GlobalModel(torch.ones(3), optimizer=optimizer, lr=0.1, adam_eps=tiny)
+    for _ in range(3):
+        model.apply(Step(torch.zeros(3), clip=False))
+    assert torch.equal(model.params, torch.ones(3))

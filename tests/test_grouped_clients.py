@@ -8,13 +8,13 @@ import pytest
 import torch
 
 import hybrid
-from hybrid.assembly import client_settings, env_settings, worker_settings
+from hybrid.assembly import client_settings, env_settings, make_task, worker_settings
 from hybrid.config import TrainConfig
-from hybrid.core.loop import initial_params, make_task
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot, TrainLocally
 from hybrid.runtimes import pool as pool_module
 from hybrid.runtimes.pool import EdgeClients
+from hybrid.trainer import initial_params
 
 CLIENTS = [17, 3, 40, 8]
 

@@ -10,10 +10,10 @@ import torch
 import hybrid
 from hybrid import TrainConfig
 from hybrid.assembly import worker_settings
-from hybrid.core.loop import initial_params
 from hybrid.core.worker import Worker, groups_gradients, run_group
 from hybrid.envs import describe
 from hybrid.protocol import CollectExperience, Snapshot
+from hybrid.trainer import initial_params
 
 
 def _workers(cfg: TrainConfig) -> list[Worker]:

@@ -1,4 +1,4 @@
-"""Issue 20: hostile inputs, shared machines and careless hands.
+"""Hostile inputs, shared machines and careless hands.
 
 Every refusal is one line naming the field, exit code 2 on the command line, and
 leaves nothing behind (or loses nothing on resume).
@@ -158,7 +158,7 @@ def test_a_second_resume_of_a_running_directory_is_refused(stopped, monkeypatch)
 
 
 def test_a_locked_run_directory_is_one_line_exit_2(stopped):
-    from hybrid.core.loop import LOCK_NAME
+    from hybrid.trainer import LOCK_NAME
 
     with open(stopped / LOCK_NAME, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running hybrid holds it
@@ -172,7 +172,7 @@ def test_a_locked_run_directory_is_one_line_exit_2(stopped):
 
 @pytest.mark.parametrize("where", ["under_a_file", "proc"])
 def test_an_unwritable_out_is_refused_before_workers_start(where, tmp_path, monkeypatch):
-    import hybrid.core.loop as loop
+    import hybrid.trainer as loop
 
     (tmp_path / "a_file").write_text("x")
     out = {
@@ -198,7 +198,7 @@ def test_an_unwritable_out_on_the_command_line_is_one_line_exit_2(tmp_path):
 
 
 def test_a_failed_start_leaves_no_directory_behind(tmp_path, monkeypatch):
-    import hybrid.core.loop as loop
+    import hybrid.trainer as loop
 
     def failing_runtime(*args, **kwargs):
         raise ConfigError("runtime: cannot start (a test)")
@@ -380,7 +380,7 @@ def test_ppo_minibatches_up_to_the_samples_per_task_are_fine():
 def test_runs_that_cannot_fit_in_memory_are_refused_before_anything_is_written(
     changes, field, tmp_path
 ):
-    from hybrid.core.loop import check_config
+    from hybrid.trainer import check_config
 
     cfg = TrainConfig(out=str(tmp_path / "run"), progress=False, **changes)
     with pytest.raises(ConfigError, match=rf"^{field}: .*GiB"):

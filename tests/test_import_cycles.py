@@ -143,6 +143,115 @@ def describe_cycles(graph: dict[str, dict[str, int]], cycles: list[list[str]]) -
     return "\n".join(lines)
 
 
+# --- the walls: which module may not import which ------------------------------------------
+
+COMPONENTS = (
+    "hybrid.schedulers",
+    "hybrid.runtimes",
+    "hybrid.algorithms",
+    "hybrid.core",
+    "hybrid.assembly",
+    "hybrid.trainer",
+)
+"""What is built from settings; the config side names it only through the registry."""
+
+WALLS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    # (the rule, the modules it binds, the modules they may not import); prefixes of names
+    (
+        "the config side imports no component",
+        (
+            "hybrid.config",
+            "hybrid.defaults",
+            "hybrid.registry",
+            "hybrid.scheduler_settings",
+            "hybrid.flags",
+        ),
+        COMPONENTS,
+    ),
+    (
+        "runtimes import no scheduler (they receive booleans)",
+        ("hybrid.runtimes",),
+        ("hybrid.schedulers",),
+    ),
+    ("nothing under runtimes imports the sweep", ("hybrid.runtimes",), ("hybrid.sweep",)),
+    (
+        "schedulers import no runtime and no algorithm",
+        ("hybrid.schedulers", "hybrid.scheduler_settings"),
+        ("hybrid.runtimes", "hybrid.algorithms", "hybrid.core"),
+    ),
+    ("the protocol imports nothing of ours", ("hybrid.protocol",), PACKAGES),
+    (
+        "no component reads the config",
+        ("hybrid.schedulers", "hybrid.runtimes", "hybrid.algorithms", "hybrid.core"),
+        ("hybrid.config", "hybrid.assembly", "hybrid.trainer", "hybrid.defaults"),
+    ),
+)
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def wall_violations(
+    graph: dict[str, dict[str, int]],
+    walls: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = WALLS,
+) -> list[str]:
+    """Every import that crosses a wall (at module level or inside a function, as the cycle
+    finder counts them; a module importing itself or its own package is not a crossing)."""
+    crossings = []
+    for rule, bound, forbidden in walls:
+        for module, deps in graph.items():
+            if not _under(module, bound):
+                continue
+            for dep, line in deps.items():
+                if _under(dep, forbidden) and not _under(dep, (module,)):
+                    crossings.append(f"{rule}: {module} -> {dep} (line {line})")
+    return crossings
+
+
+def test_no_wall_is_crossed() -> None:
+    graph = import_graph(find_modules(ROOT, PACKAGES))
+    crossings = wall_violations(graph)
+    assert not crossings, "walls crossed:\n" + "\n".join(crossings)
+
+
+def test_the_walls_fail_on_a_package_that_crosses_them(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "hybrid/__init__.py": "",
+            "hybrid/config.py": "def check():\n    from hybrid.schedulers import bounded\n",
+            "hybrid/defaults.py": "from hybrid.assembly import env_settings\n",
+            "hybrid/assembly.py": "from hybrid.config import TrainConfig\n",
+            "hybrid/protocol.py": "import hybrid.errors\n",
+            "hybrid/errors.py": "",
+            "hybrid/schedulers/__init__.py": "from . import bounded\n",
+            "hybrid/schedulers/bounded.py": "from hybrid.runtimes.serial import SerialRuntime\n",
+            "hybrid/runtimes/__init__.py": "",
+            "hybrid/runtimes/serial.py": (
+                "from hybrid.schedulers.bounded import Bounded\n\n\n"
+                "def sweep():\n    from hybrid.sweep import PlannedRun\n"
+            ),
+            "hybrid/sweep.py": "",
+        },
+    )
+    graph = import_graph(find_modules(tmp_path, ("hybrid",)))
+    crossings = wall_violations(graph)
+    expected = [
+        # inside a function, and counted twice: the package and the module it names
+        "the config side imports no component: hybrid.config -> hybrid.schedulers (line 2)",
+        "the config side imports no component: hybrid.config -> hybrid.schedulers.bounded (line 2)",
+        "the config side imports no component: hybrid.defaults -> hybrid.assembly (line 1)",
+        "runtimes import no scheduler (they receive booleans): "
+        "hybrid.runtimes.serial -> hybrid.schedulers.bounded (line 1)",
+        "nothing under runtimes imports the sweep: hybrid.runtimes.serial -> hybrid.sweep (line 5)",
+        "schedulers import no runtime and no algorithm: "
+        "hybrid.schedulers.bounded -> hybrid.runtimes.serial (line 1)",
+        "the protocol imports nothing of ours: hybrid.protocol -> hybrid.errors (line 1)",
+    ]
+    assert sorted(crossings) == sorted(expected)
+
+
 # --- the library ----------------------------------------------------------------------------
 
 

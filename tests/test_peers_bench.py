@@ -35,7 +35,7 @@ def side():
 
 
 def test_targets_are_the_issues_figures_over_the_peers(side):
-    """Issue 18: sync 30k and async 20k env steps/s against SB3's 16.3k that day."""
+    """The performance targets: sync 30k and async 20k env steps/s against SB3's 16.3k that day."""
     assert side.target_text(side.RATE["sync"]) == ">= 1.84x SB3 A2C"
     assert side.target_text(side.RATE["async"]) == ">= 1.23x SB3 A2C"
     assert side.target_text(side.STEPS_TO_SOLVE["async"]) == "<= 1.50x SB3 A2C"

@@ -10,10 +10,10 @@ from hybrid.algorithms import ppo as ppo_module
 from hybrid.algorithms.ppo import PPOBatch, ValueNorm, minibatches, ppo_loss
 from hybrid.assembly import worker_settings
 from hybrid.config import ConfigError, TrainConfig
-from hybrid.core.loop import initial_params
 from hybrid.core.worker import Worker
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot
+from hybrid.trainer import initial_params
 
 
 def _batch(old_logp, adv, **kw) -> PPOBatch:

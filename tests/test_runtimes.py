@@ -31,10 +31,10 @@ import hybrid
 from hybrid.assembly import env_settings, runtime_settings, worker_pool
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step, params_sha256
-from hybrid.core.loop import initial_params
 from hybrid.envs import describe, register_env
 from hybrid.runtimes import _parallel
 from hybrid.runtimes.processes import ProcessRuntime
+from hybrid.trainer import initial_params
 
 SUMMARY_KEYS = {
     "solved",

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import make_update
 
-from hybrid.schedulers import SCHEDULERS, Async, Bounded, Sync, Verdict
+from hybrid.schedulers import SCHEDULERS, Async, Bounded, BoundedSettings, Sync, Verdict
 from hybrid.schedulers.aggregate import weighted_mean
 
 
@@ -56,7 +56,7 @@ def test_async_applies_each_update_alone():
 
 
 def test_bounded_gates_fast_workers():
-    s = Bounded(3, bound=1)
+    s = Bounded(3, BoundedSettings(staleness_bound=1))
     assert s.ready([0, 1, 2], 0) == [0, 1, 2]
     # worker 0 finishes twice while 1 and 2 are still on their first task
     s.admit(make_update(0, 0, [1.0]), 0)
@@ -75,7 +75,7 @@ def test_bounded_gates_fast_workers():
 
 
 def test_bounded_zero_is_bulk_synchronous():
-    s = Bounded(2, bound=0)
+    s = Bounded(2, BoundedSettings(staleness_bound=0))
     assert s.ready([0, 1], 0) == [0, 1]
     s.admit(make_update(0, 0, [1.0]), 0)
     s.combine()
@@ -86,28 +86,28 @@ def test_bounded_zero_is_bulk_synchronous():
 
 
 def test_bounded_staleness_aware_step_size():
-    s = Bounded(2, bound=10, staleness_aware=True)
+    s = Bounded(2, BoundedSettings(staleness_bound=10, staleness_aware_lr=True))
     s.ready([0, 1], 0)
     s.admit(make_update(0, 0, [1.0]), staleness=0)
     assert s.combine().lr_scale == 1.0
     s.admit(make_update(1, 0, [1.0]), staleness=4)
     assert s.combine().lr_scale == pytest.approx(0.25)
-    plain = Bounded(2, bound=10)
+    plain = Bounded(2, BoundedSettings(staleness_bound=10))
     plain.ready([0, 1], 0)
     plain.admit(make_update(1, 0, [1.0]), staleness=4)
     assert plain.combine().lr_scale == 1.0
 
 
 def test_bounded_with_huge_bound_decides_like_async():
-    bounded, asynchronous = Bounded(3, bound=10**9), Async(3)
+    bounded, asynchronous = Bounded(3, BoundedSettings(staleness_bound=10**9)), Async(3)
     for idle in ([0, 1, 2], [2], [0, 2], [1]):
         assert bounded.ready(idle, 0) == asynchronous.ready(idle, 0)
 
 
 def test_scheduler_state_round_trip():
-    s = Bounded(3, bound=2)
+    s = Bounded(3, BoundedSettings(staleness_bound=2))
     s.admit(make_update(2, 0, [1.0]), 0)
-    restored = Bounded(3, bound=2)
+    restored = Bounded(3, BoundedSettings(staleness_bound=2))
     restored.load_state_dict(s.state_dict())
     assert restored.clocks == [0, 0, 1]
     sync = Sync(2)
@@ -123,7 +123,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="workers"):
         Async(0)
     with pytest.raises(ValueError, match="staleness_bound"):
-        Bounded(2, bound=-1)
+        Bounded(2, BoundedSettings(staleness_bound=-1))
 
 
 def test_sync_redispatches_a_lost_task_and_never_deadlocks():
@@ -154,8 +154,41 @@ def test_sync_round_closes_without_a_rejected_update():
 
 
 def test_bounded_counts_a_rejected_task_on_the_clock():
-    s = Bounded(2, bound=0)
+    s = Bounded(2, BoundedSettings(staleness_bound=0))
     s.ready([0, 1], 0)
     s.reject(make_update(0, 0, [1.0]))
     assert s.clocks == [1, 0]
     assert not s.full()
+
+
+def test_bounded_counts_a_rejected_later_task_on_top_of_the_earlier_ones():
+    """A rejected task is a finished clock like any other: worker 0's second task, rejected,
+    takes its clock from 1 to 2 (not back to 1), and SSP with s = 1 then holds worker 0
+    until worker 1 has finished a task."""
+    s = Bounded(2, bound=1)
+    assert s.ready([0, 1], 0) == [0, 1]
+    s.admit(make_update(0, 0, [1.0]), 0)
+    s.combine()
+    assert s.reject(make_update(0, 1, [float("nan")])) is Verdict.DROP
+    assert s.clocks == [2, 0]
+    assert s.ready([0], 1) == []  # two clocks ahead of the slowest: s = 1 gates it
+    s.admit(make_update(1, 0, [1.0]), 1)
+    assert s.ready([0, 1], 2) == [0, 1]
+
+
+def test_bounded_is_full_exactly_when_an_update_is_buffered():
+    s = Bounded(2, bound=3)
+    assert not s.full()
+    assert s.combine() is None  # nothing buffered: no step, and no error
+    s.admit(make_update(1, 0, [2.0]), 0)
+    assert s.full()
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert not s.full()
+
+
+def test_bounded_staleness_aware_scale_of_a_fresh_update_is_one():
+    s = Bounded(2, bound=3, staleness_aware=True)
+    s.admit(make_update(0, 0, [1.0]), 0)
+    assert s.combine().lr_scale == 1.0  # 1 / max(1, 0): a fresh update is not scaled up
+    s.admit(make_update(1, 0, [1.0]), 4)
+    assert s.combine().lr_scale == 0.25

@@ -23,10 +23,11 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 import hybrid
 from hybrid.assembly import env_settings, global_model, runtime_settings, worker_pool
 from hybrid.config import TrainConfig
-from hybrid.core.loop import initial_params, staleness
+from hybrid.core.loop import staleness
 from hybrid.envs import describe, register_env
 from hybrid.protocol import ComputeGradient
 from hybrid.runtimes.processes import _worker_main
+from hybrid.trainer import initial_params
 
 # --- the rule ----------------------------------------------------------------------------------
 

@@ -234,9 +234,14 @@ def test_scheduler_arg_parameters_reach_the_runs_and_the_finished_check(tmp_path
     err = capsys.readouterr().err
     assert "scheduler_arg.adaptive=unset but this sweep sets scheduler_arg.adaptive=True" in err
 
-    bad = text.replace("values: [0.5, 2]", "values: [lots]")
-    assert sweep_command([str(write(tmp_path, bad, "bad.yaml")), "--dry-run"]) == 2
+    # Checked against the class's Settings when the sweep runs (before any run starts); a
+    # --dry-run imports no scheduler file, so it cannot check them and says so.
+    bad = write(tmp_path, text.replace("values: [0.5, 2]", "values: [lots]"), "bad.yaml")
+    assert sweep_command([str(bad), "--out", str(tmp_path / "bad")]) == 2
     assert "scheduler_args: lam='lots' is not a float" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+    assert sweep_command([str(bad), "--dry-run"]) == 0
+    assert "checked when the sweep runs" in capsys.readouterr().err
 
     # hybrid compare groups by a setting.
     from hybrid.analysis import compare

@@ -10,10 +10,12 @@ import pytest
 import torch
 
 import hybrid
-from hybrid.clients import ClientSettings, make_profiles
+from hybrid.assembly import client_settings
+from hybrid.clients import make_profiles
 from hybrid.config import TrainConfig
 from hybrid.errors import ConfigError
 from hybrid.protocol import Payload, Update
+from hybrid.scheduler_settings import FedAvgSettings
 from hybrid.schedulers.fedavg import FedAvg
 from hybrid.traces import ClientTrace, Trace, diurnal_trace, load_trace, write_trace
 
@@ -76,9 +78,7 @@ def test_a_bad_trace_is_one_line_naming_the_problem(tmp_path, rows, message):
 
 
 def test_the_trace_sets_each_clients_speed_and_links():
-    settings = ClientSettings(
-        seed=0, env="CartPole-v1", workers=1, clients=20, client_trace=str(EXAMPLE)
-    )
+    settings = client_settings(TrainConfig(clients=20, client_trace=str(EXAMPLE)))
     trace = load_trace(str(EXAMPLE), 20)
     for profile, traced in zip(make_profiles(settings), trace.clients, strict=True):
         assert profile.slowness == pytest.approx(1 / traced.compute_speed)
@@ -105,7 +105,8 @@ def test_fedavg_samples_only_online_clients_waits_for_them_and_drops_leavers():
     rows = [ClientTrace(c, 1.0, 5.0, 20.0, ((0.0, 1.0),)) for c in range(3)]
     rows += [ClientTrace(c, 1.0, 5.0, 20.0, ((5.0, 6.0),)) for c in range(3, 6)]
     trace = Trace(tuple(rows), period_s=10.0)
-    s = FedAvg(6, 1.0, seed=0, trace=trace)
+    s = FedAvg(6, FedAvgSettings(client_fraction=1.0, trace=trace))
+    s.bind(None, np.random.default_rng(0))
     first = s.ready(list(range(6)), 0)
     assert first == [0, 1, 2]  # only those online at t = 0
     s.admit(_delta(0, 0.5), 0)  # finished within its interval

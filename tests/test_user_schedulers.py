@@ -18,7 +18,7 @@ import torch
 from conftest import crash_copy, make_update, metric_rows
 
 import hybrid
-from hybrid import ConfigError, Scheduler, TrainConfig
+from hybrid import ConfigError, Scheduler, Step, TrainConfig
 from hybrid.checkpoint import list_checkpoints
 from hybrid.schedulers import SCHEDULERS, make_settings, resolve_scheduler
 
@@ -234,7 +234,8 @@ def test_user_schedulers_resume_bit_exactly(tiny_config, tmp_path, scheduler, ar
     cfg = tiny_config(
         scheduler=scheduler,
         scheduler_args=args,
-        local_steps=2,
+        # FedBuff's clients train locally; DC-ASGD's workers compute gradients (no local steps)
+        **({"local_steps": 2} if scheduler == FEDBUFF else {}),
         total_env_steps=2_400,
         checkpoint_every=5,
         keep_checkpoints=100,
@@ -245,7 +246,8 @@ def test_user_schedulers_resume_bit_exactly(tiny_config, tmp_path, scheduler, ar
     full = hybrid.train(cfg)
     assert len(list_checkpoints(full.run_dir)) >= 3
     crashed = crash_copy(full.run_dir, tmp_path / "crashed")
-    resumed = hybrid.train(resume=str(crashed))
+    # a scheduler file runs on resume only when named again (a run directory is data)
+    resumed = hybrid.train(resume=str(crashed), scheduler=scheduler)
     assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
     assert metric_rows(crashed) == metric_rows(full.run_dir)
 
@@ -264,7 +266,7 @@ def test_user_schedulers_run_on_parallel_runtimes(tiny_config, runtime, schedule
         scheduler=scheduler,
         scheduler_args=args,
         workers=2,
-        local_steps=2,
+        **({"local_steps": 2} if scheduler == FEDBUFF else {}),
         total_env_steps=1_000,
         stop_when_solved=False,
     )
@@ -299,3 +301,296 @@ def test_the_benchmark_settings_are_valid_configs(tmp_path, monkeypatch):
     for job in jobs:
         TrainConfig(**job).validate()
     assert len({job["out"] for job in jobs}) == len(jobs)  # no two runs share a directory
+
+
+# --- settings a run cannot compute with ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["nan", "inf", "-inf", "1e300", float("nan"), float("inf"), 1e300]
+)
+@pytest.mark.parametrize(
+    ("scheduler", "key"), [(DC_ASGD, "lam"), (FEDBUFF, "staleness_exponent")], ids=["dc", "fedbuff"]
+)
+def test_non_finite_and_huge_scheduler_args_are_refused(scheduler, key, value):
+    # nan passed every range check (nan < 0 is False) and diverged the run on its first step
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(scheduler=scheduler, scheduler_args={key: value}).validate()
+    message = str(err.value)
+    assert message.startswith(f"scheduler_args: {key}=") and "\n" not in message
+
+
+def test_a_non_finite_scheduler_arg_on_the_command_line_exits_2(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "hybrid.cli", "train", "--scheduler", DC_ASGD,
+         "--scheduler-arg", "lam=nan", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "lam=nan is not a finite number" in done.stderr
+    assert not out.exists()
+
+
+# --- a scheduler of yours that misbehaves --------------------------------------------------------
+
+
+@dataclass
+class FaultySettings:
+    fault: str = ""
+    """Which misbehaviour (see Faulty); empty: none."""
+    after: int = 0
+    """Calls of the faulty method that behave before it misbehaves."""
+
+
+class Faulty(Scheduler):
+    """async's rule, with one method that raises or returns garbage on request."""
+
+    Settings = FaultySettings
+
+    def __init__(self, workers: int, settings: FaultySettings) -> None:
+        if settings.fault == "init_raises":
+            raise RuntimeError("cannot start")
+        super().__init__(workers)
+        self.settings = settings
+        self.calls: dict[str, int] = {}
+
+    def misbehaves(self, method: str) -> bool:
+        self.calls[method] = self.calls.get(method, 0) + 1
+        return self.settings.fault.startswith(method) and self.calls[method] > self.settings.after
+
+    def ready(self, idle, version):
+        if self.misbehaves("ready_raises"):
+            raise ValueError("no idea")
+        if self.misbehaves("ready_busy"):
+            return [*idle, 99]
+        return list(idle)
+
+    def admit(self, update, staleness):
+        if self.misbehaves("admit_garbage"):
+            return "yes"
+        return super().admit(update, staleness)
+
+    def full(self):
+        if self.misbehaves("full_raises"):
+            raise KeyError("buffer")
+        return bool(self.buffer)
+
+    def combine(self):
+        if self.misbehaves("combine_garbage"):
+            self.buffer.clear()
+            return 42
+        step = super().combine()
+        if self.misbehaves("combine_shape"):
+            step.direction = step.direction[:3]
+        return step
+
+    def metrics(self):
+        if self.misbehaves("metrics_not_json"):
+            return {"sched/seen": object()}
+        return {"sched/seen": float(self.calls.get("metrics_not_json", 0))}
+
+    def state_dict(self):
+        if self.misbehaves("state_dict_unpicklable"):
+            return {"calls": dict(self.calls), "rule": lambda x: x}
+        return {"calls": dict(self.calls)}
+
+    def load_state_dict(self, state):
+        self.calls = dict(state["calls"])
+
+
+@pytest.fixture
+def faulty():
+    hybrid.register_scheduler("faulty", Faulty)
+    yield "faulty"
+    SCHEDULERS.pop("faulty", None)
+
+
+@pytest.mark.parametrize(
+    ("fault", "after", "says"),
+    [
+        ("ready_raises", 20, "ready() raised ValueError: no idea"),
+        ("ready_busy", 20, ", 99]: worker 99 is not idle (the idle workers were ["),
+        ("admit_garbage", 20, "admit() returned 'yes'; expected Verdict.BUFFER or DROP"),
+        ("full_raises", 20, "full() raised KeyError: 'buffer'"),
+        ("combine_garbage", 20, "combine() returned 42; expected a Step or None"),
+        ("combine_shape", 20, "combine() returned a Step whose direction has shape (3,)"),
+        ("metrics_not_json", 1, "metrics() returned {'sched/seen': <object object at"),
+        ("state_dict_unpicklable", 1, "state_dict() returned state_dict()['rule'] = <function"),
+    ],
+)
+def test_a_faulty_scheduler_stops_the_run_with_one_line(faulty, tiny_config, fault, after, says):
+    """Each fault names the scheduler, the method and what it did, in one line; the logs
+    written so far are whole and the checkpoints written before the fault still load."""
+    from hybrid.checkpoint import load
+    from hybrid.errors import SchedulerFault
+
+    cfg = tiny_config(
+        scheduler=faulty,
+        scheduler_args={"fault": fault, "after": after},
+        checkpoint_every=3,
+        log_every=20,
+        stop_when_solved=False,
+    )
+    with pytest.raises(SchedulerFault) as err:
+        hybrid.train(cfg)
+    message = str(err.value)
+    assert message.startswith(f"scheduler {faulty}: ") and says in message, message
+    assert "\n" not in message
+    run_dir = Path(cfg.out)
+    checkpoints = list_checkpoints(run_dir)
+    assert checkpoints, "the fault came before any checkpoint: move it later"
+    assert all(load(path)["format"] == 1 for path in checkpoints)
+    assert not list((run_dir / "checkpoints").glob("*.tmp"))
+    rows = metric_rows(run_dir)  # every line a whole JSON object
+    assert rows and not (run_dir / "summary.json").exists()
+
+
+def test_a_scheduler_that_raises_in_init_is_a_config_error(faulty, tiny_config):
+    cfg = tiny_config(scheduler=faulty, scheduler_args={"fault": "init_raises"})
+    with pytest.raises(ConfigError) as err:
+        hybrid.train(cfg)
+    assert str(err.value) == ("scheduler faulty: Faulty.__init__ raised RuntimeError: cannot start")
+    assert not Path(cfg.out).exists()  # a start that failed leaves nothing behind
+
+
+FAULTY_FILE = """
+from dataclasses import dataclass
+from hybrid import Scheduler
+
+@dataclass
+class Settings:
+    broken_init: bool = False
+
+class Rule(Scheduler):
+    Settings = Settings
+
+    def __init__(self, workers, settings):
+        if settings.broken_init:
+            raise ValueError("no workers for me")
+        super().__init__(workers)
+
+    def ready(self, idle, version):
+        return list(idle)
+
+    def full(self):
+        return bool(self.buffer)
+
+    def combine(self):
+        step = super().combine()
+        if self.model.version >= 4:
+            step.direction = step.direction.reshape(1, -1)  # a wrong-shape step
+        return step
+"""
+
+
+def test_the_cli_exits_2_for_a_bad_definition_and_1_for_a_run_time_fault(tmp_path):
+    rule = tmp_path / "rule.py"
+    rule.write_text(FAULTY_FILE)
+    command = [
+        sys.executable, "-m", "hybrid.cli", "train", "--scheduler", f"{rule}:Rule",
+        "--total-env-steps", "400", "--eval-every", "400", "--eval-episodes", "1",
+        "--workers", "2", "--checkpoint-every", "2", "--log-every", "20", "--no-progress",
+    ]  # fmt: skip
+    at_start = subprocess.run(
+        [*command, "--scheduler-arg", "broken_init=true", "--out", str(tmp_path / "a")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert at_start.returncode == 2, at_start.stderr
+    assert at_start.stderr.count("\n") == 1
+    assert "Rule.__init__ raised ValueError: no workers for me" in at_start.stderr
+    at_run = subprocess.run(
+        [*command, "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300
+    )
+    assert at_run.returncode == 1, at_run.stderr
+    assert at_run.stderr.count("\n") == 1 and "Traceback" not in at_run.stderr
+    assert "combine() returned a Step whose direction has shape (1, " in at_run.stderr
+    assert list_checkpoints(tmp_path / "b")  # versions 2 and 4 were written before the fault
+    assert metric_rows(tmp_path / "b")
+
+
+class Scripted(Scheduler):
+    """Returns whatever the test puts in ``answers``: the guard's unit under test."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.answers: dict[str, object] = {}
+
+    def ready(self, idle, version):
+        return self.answers.get("ready", list(idle))
+
+    def full(self):
+        return self.answers.get("full", bool(self.buffer))
+
+    def combine(self):
+        return self.answers["combine"] if "combine" in self.answers else super().combine()
+
+    def metrics(self):
+        return self.answers.get("metrics", {})
+
+    def state_dict(self):
+        return self.answers.get("state_dict", {})
+
+
+@pytest.fixture
+def guarded():
+    from hybrid.schedulers.guard import Guarded
+
+    inner = Scripted(3)
+    scheduler = Guarded(inner, "scripted.py:Scripted")
+    _bound(scheduler, torch.zeros(4))
+    return scheduler, inner.answers
+
+
+@pytest.mark.parametrize(
+    ("method", "answer", "says"),
+    [
+        ("ready", [0, 0], "worker 0 is listed twice"),
+        ("ready", [True], "True is no id"),
+        ("ready", "0", "expected a list of idle worker ids"),
+        ("full", None, "full() returned None; expected True or False"),
+        ("full", torch.ones(2), "which is not True or False"),
+        ("combine", Step(torch.zeros(4), lr_scale=float("nan")), "lr_scale nan"),
+        ("combine", Step(torch.zeros(4), updates=[1]), "updates are [1]"),
+        ("combine", Step(torch.zeros(4, dtype=torch.int64)), "expected a float tensor"),
+        ("metrics", {1: 2.0}, "expected names (str)"),
+        ("metrics", [1.0], "expected a dict of numbers"),
+        ("state_dict", {"deep": [{"x": {1, 2}}]}, "state_dict()['deep'][0]['x'] = {1, 2}"),
+        ("state_dict", {(1, 2): 3}, "a key (1, 2) in state_dict()"),
+    ],
+)
+def test_the_guard_names_what_a_method_returned(guarded, method, answer, says):
+    from hybrid.errors import SchedulerFault
+
+    scheduler, answers = guarded
+    answers[method] = answer
+    with pytest.raises(SchedulerFault) as err:
+        {
+            "ready": lambda: scheduler.ready([0, 1, 2], 0),
+            "full": scheduler.full,
+            "combine": scheduler.combine,
+            "metrics": scheduler.metrics,
+            "state_dict": scheduler.state_dict,
+        }[method]()
+    message = str(err.value)
+    assert message.startswith(f"scheduler scripted.py:Scripted: {method}() ") and says in message
+    assert "\n" not in message
+
+
+def test_the_guard_passes_good_answers_through_unchanged(guarded):
+    import numpy as np
+
+    scheduler, answers = guarded
+    assert scheduler.ready([2, 0], 0) == [2, 0]
+    answers["ready"] = np.array([2])
+    assert scheduler.ready([0, 2], 0) == [2]  # numpy ids become ints
+    answers["metrics"] = {"sched/x": np.float32(0.5), "sched/y": torch.tensor(3), "sched/z": None}
+    assert scheduler.metrics() == {"sched/x": 0.5, "sched/y": 3, "sched/z": None}
+    state = {"counts": np.arange(3), "rng": np.random.default_rng(0), "t": torch.ones(2)}
+    answers["state_dict"] = state
+    assert scheduler.state_dict() is state
+    scheduler.admit(make_update(1, 0, [1.0, 2.0, 3.0, 4.0]), 0)
+    assert scheduler.full() and len(scheduler.buffer) == 1
+    step = scheduler.combine()
+    assert torch.equal(step.direction, torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert scheduler.task_kind is Scripted.task_kind and scheduler.answers is answers

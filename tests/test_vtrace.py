@@ -146,3 +146,31 @@ def test_large_ratios_are_finite() -> None:
     assert torch.isfinite(out.vs).all()
     assert out.clipped_rhos.max().item() == pytest.approx(1.0)
     assert math.isfinite(out.pg_advantages.sum().item())
+
+
+def test_lambda_zero_is_the_one_step_target_by_hand() -> None:
+    """λ = 0 cuts every trace: v_s = V(x_s) + ρ̄_s (r_s + γ_s V(x_{s+1}) − V(x_s)).
+
+    With ρ = 0.5, min(2.0, 1.5) = 1.5, 1.25 and the hand example's numbers:
+    v_0 = 0.5 + 0.5 · (1 + 0.9 · 1 − 0.5) = 1.2
+    v_1 = 1.0 + 1.5 · (2 + 0 − 1) = 2.5                 (terminated: no bootstrap)
+    v_2 = 2.0 + 1.25 · (0.5 + 0.9 · 4 − 2) = 4.625
+    and the advantages bootstrap from those targets:
+    A_0 = 0.5 · (1 + 0.9 · 2.5 − 0.5) = 1.375, A_1 = 1.5, A_2 = 1.25 · 2.1 = 2.625.
+    """
+    out = vtrace(**_hand_example(), rho_bar=1.5, c_bar=1.0, lam=0.0)
+    torch.testing.assert_close(out.vs, torch.tensor([[1.2], [2.5], [4.625]], dtype=torch.float64))
+    torch.testing.assert_close(
+        out.pg_advantages, torch.tensor([[1.375], [1.5], [2.625]], dtype=torch.float64)
+    )
+
+
+@pytest.mark.parametrize("shape", [(3,), (3, 2), (1, 1), (3, 1, 1)], ids=str)
+def test_a_misshaped_behaviour_logp_is_one_line_error(shape: tuple[int, ...]) -> None:
+    """(3,) and (1, 1) would broadcast against [T, B] = (3, 1) and give wrong ratios silently."""
+    ex = _hand_example()
+    with pytest.raises(ValueError) as err:
+        vtrace(**{**ex, "behaviour_logp": torch.zeros(shape, dtype=torch.float64)})
+    message = str(err.value)
+    assert message.startswith("behaviour_logp must have the shape of rewards (3, 1)")
+    assert f"got {shape}" in message and "\n" not in message

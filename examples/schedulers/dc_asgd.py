@@ -50,6 +50,7 @@ class DCASGD(Scheduler):
     """
 
     Settings = DCASGDSettings
+    staleness_unit = "updates"  # each gradient is one step of its own: τ counts them
     # Not applies_alone: the compensation needs θ_now and θ_read, so the server applies
     # (the processes runtime then runs it locked-free-read, not Hogwild!).
 

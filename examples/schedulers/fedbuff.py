@@ -76,6 +76,7 @@ class FedBuffSettings:
 class FedBuff(Scheduler):
     Settings = FedBuffSettings
     task_kind = TrainLocally  # clients train locally (local_steps steps) and send Δ
+    staleness_unit = "server steps"  # τ counts server steps, each combining K updates
 
     def __init__(self, workers: int, settings: FedBuffSettings) -> None:
         super().__init__(workers)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,42 +35,45 @@ LossFn = Callable[[Any, Rollout], tuple[torch.Tensor, dict[str, float]]]
 
 @dataclass(frozen=True)
 class NetSettings:
-    """The actor-critic / Q-network's shape (``--hidden``, ``--layers``, the Gaussian head)."""
+    """The actor-critic / Q-network's shape (``--hidden``, ``--layers``, the Gaussian head).
 
-    hidden: int = 64
-    layers: int = 2
-    log_std_init: float = 0.0
-    state_dependent_std: bool = False
+    These settings, like the others here, have no defaults: the assembly fills every field
+    from the config field of the same name, whose default is the one."""
+
+    hidden: int
+    layers: int
+    log_std_init: float
+    state_dependent_std: bool
 
 
 @dataclass(frozen=True)
 class A2CSettings:
     """The returns and the actor-critic loss (a2c; PPO's and MAPPO's returns as well)."""
 
-    gamma: float = 0.99
-    gae_lambda: float = 1.0
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    normalize_advantages: bool = False
-    correction: str = "vtrace"
-    rho_bar: float = 1.0
-    c_bar: float = 1.0
+    gamma: float
+    gae_lambda: float
+    ent_coef: float
+    vf_coef: float
+    normalize_advantages: bool
+    correction: str
+    rho_bar: float
+    c_bar: float
 
 
 @dataclass(frozen=True)
 class NStepQSettings:
     """n-step Q-learning: the actors' exploration and transitions, Ape-X's replay learner."""
 
-    replay: str = "prioritized"
-    replay_capacity: int = 100_000
-    replay_batch: int = 64
-    replay_alpha: float = 0.6
-    replay_beta0: float = 0.4
-    learner_updates: int = 8
-    learning_starts: int = 500
-    q_nstep: int = 3
-    epsilon: float = 0.4
-    epsilon_alpha: float = 7.0
+    replay: str
+    replay_capacity: int
+    replay_batch: int
+    replay_alpha: float
+    replay_beta0: float
+    learner_updates: int
+    learning_starts: int
+    q_nstep: int
+    epsilon: float
+    epsilon_alpha: float
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,9 @@ class AlgoSettings:
     """The run's seed: the learner's minibatch order and sampling derive from it."""
     workers: int
     """The number of actors, over which Ape-X spreads its ε."""
-    nets: NetSettings = field(default_factory=NetSettings)
-    a2c: A2CSettings = field(default_factory=A2CSettings)
-    nstep_q: NStepQSettings = field(default_factory=NStepQSettings)
+    nets: NetSettings
+    a2c: A2CSettings
+    nstep_q: NStepQSettings
     ppo: PPOSettings | None = None
     """PPO's (single-agent) settings; None when the algorithm is not ppo."""
     family: Any = None
@@ -128,7 +131,7 @@ def _actor_critic(settings: AlgoSettings, info: EnvInfo, worker_id: int) -> nn.M
         info.continuous,
         nets.hidden,
         nets.layers,
-        obs_shape=info.obs_shape,  # images: the Nature CNN (issue 11)
+        obs_shape=info.obs_shape,  # images: the Nature CNN
         log_std_init=nets.log_std_init,
         state_dependent_std=nets.state_dependent_std,
     )

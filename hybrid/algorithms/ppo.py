@@ -142,6 +142,9 @@ class PPOBatch:
     mask: torch.Tensor | None = None
     state: torch.Tensor | None = None
     """Centralized critic input ``[B, S]`` (MAPPO)."""
+    returns: torch.Tensor | None = None
+    """Raw value targets, kept when the value normalization is updated per minibatch (the
+    targets are then normalized in the loss, with the statistics after that update)."""
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -178,27 +181,41 @@ def ppo_loss(
     clip_vloss: bool = True,
     ent_coef: float = 0.01,
     vf_coef: float = 0.5,
+    value_loss: str = "mse",
+    huber_delta: float = 10.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped surrogate, the (optionally clipped) value loss and the entropy bonus."""
+    """The clipped surrogate, the (optionally clipped) value loss and the entropy bonus.
+
+    ``value_loss`` ``huber`` takes MAPPO's released code's Huber loss (quadratic within
+    ``huber_delta``, linear beyond) in place of half the squared error.
+    """
     log_ratio = logp - batch.old_logp
     ratio = log_ratio.exp()
     adv = batch.advantages
     surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv)
     policy_loss = -masked_mean(surrogate, batch.mask)
-    value_error = (values - batch.targets).pow(2)
+
+    def error(prediction: torch.Tensor) -> torch.Tensor:
+        if value_loss == "huber":  # torch's is 0.5·e² within δ: twice it matches e² there
+            return 2.0 * nn.functional.huber_loss(
+                prediction, batch.targets, reduction="none", delta=huber_delta
+            )
+        return (prediction - batch.targets).pow(2)
+
+    value_error = error(values)
     if clip_vloss:
         # Keep the critic, too, near the values it predicted when the batch was collected.
         clipped = batch.old_values + (values - batch.old_values).clamp(-clip_coef, clip_coef)
-        value_error = torch.max(value_error, (clipped - batch.targets).pow(2))
-    value_loss = 0.5 * masked_mean(value_error, batch.mask)
+        value_error = torch.max(value_error, error(clipped))
+    value_loss_mean = 0.5 * masked_mean(value_error, batch.mask)
     entropy_mean = masked_mean(entropy, batch.mask)
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    loss = policy_loss + vf_coef * value_loss_mean - ent_coef * entropy_mean
     with torch.no_grad():
         approx_kl = masked_mean((ratio - 1) - log_ratio, batch.mask)
         clipfrac = masked_mean(((ratio - 1).abs() > clip_coef).float(), batch.mask)
     return loss, {
         "losses/policy": float(policy_loss.detach()),
-        "losses/value": float(value_loss.detach()),
+        "losses/value": float(value_loss_mean.detach()),
         "losses/entropy": float(entropy_mean.detach()),
         "losses/approx_kl": float(approx_kl),
         "losses/clipfrac": float(clipfrac),
@@ -296,6 +313,15 @@ class PPOSettings:
     value_norm: bool
     advantage_norm: str
     """minibatch (in ``loss``), batch (when the batch is prepared) or none."""
+    value_loss: str = "mse"
+    """mse (half the squared error) or huber (MAPPO's released code)."""
+    huber_delta: float = 10.0
+    separate_clipping: bool = False
+    """Clip the actor's and the critic's gradients each to ``max_grad_norm`` (MAPPO's two
+    optimizers); the model names its parts of θ with ``clip_groups()``: per part, the
+    slices of the flat vector it spans."""
+    value_norm_per_minibatch: bool = False
+    """Update the value normalization with each minibatch's returns, in the loss."""
 
     @property
     def batch_normalizes(self) -> bool:
@@ -303,8 +329,20 @@ class PPOSettings:
         return self.advantage_norm == "batch"
 
     def loss(
-        self, model: Any, batch: PPOBatch, old_from_current: bool = False
+        self,
+        model: Any,
+        batch: PPOBatch,
+        old_from_current: bool = False,
+        value_norm: ValueNorm | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        if self.value_norm_per_minibatch and value_norm is not None and batch.returns is not None:
+            # MAPPO's released code: statistics updated with this minibatch, then applied
+            returns = batch.returns if batch.mask is None else batch.returns[batch.mask > 0]
+            value_norm.update(returns)
+            targets = value_norm.normalize(batch.returns).float()
+            if batch.mask is not None:
+                targets = targets * batch.mask
+            batch = dataclasses.replace(batch, targets=targets)
         if self.advantage_norm == "minibatch":  # a new batch: the prepared one stays raw
             advantages = normalize_advantages(batch.advantages, batch.mask)
             if batch.mask is not None:
@@ -322,6 +360,8 @@ class PPOSettings:
             self.clip_vloss,
             self.ent_coef,
             self.vf_coef,
+            self.value_loss,
+            self.huber_delta,
         )
 
 
@@ -368,7 +408,7 @@ class PPOLoss:
     def __call__(self, model: Any, rollout: Any) -> tuple[torch.Tensor, dict[str, float]]:
         s = self.settings
         batch = self.prepare(model, rollout, self.value_norm, s.batch_normalizes, False)
-        return self.settings.loss(model, batch, old_from_current=True)
+        return self.settings.loss(model, batch, old_from_current=True, value_norm=self.value_norm)
 
     def state_dict(self) -> dict[str, Any]:
         """The value normalization's statistics: worker state that a resume restores."""
@@ -406,15 +446,19 @@ class LocalPPO:
         start = flat.flat.clone()
         batch = self.prepare(model, rollout, self.value_norm, s.batch_normalizes, True)
         window = _StatsWindow()
+        groups = model.clip_groups() if s.separate_clipping else [[slice(None)]]
         for index in minibatches(len(batch), s.minibatches, s.epochs, generator):
-            loss, stats = s.loss(model, batch.take(index))
+            loss, stats = s.loss(model, batch.take(index), value_norm=self.value_norm)
             flat.zero_grad()
             loss.backward()
             grad = flat.grad()
             if s.max_grad_norm > 0:
-                norm = float(torch.linalg.vector_norm(grad))
-                if norm > s.max_grad_norm:
-                    grad.mul_(s.max_grad_norm / (norm + 1e-6))
+                # Adam works per element: one Adam per part is one Adam clipped per part
+                for part in groups:
+                    norm = float(torch.linalg.vector_norm(torch.cat([grad[i] for i in part])))
+                    if norm > s.max_grad_norm:
+                        for i in part:
+                            grad[i].mul_(s.max_grad_norm / (norm + 1e-6))
             self.param.grad = grad
             self.optimizer.step()
             window.add(stats)
@@ -482,7 +526,7 @@ class PPOLearner(Learner):
         for index in minibatches(len(batch), s.minibatches, s.epochs, self.generator):
             self.flat.load(model.params)  # each step builds on the last one applied
             self.flat.zero_grad()
-            loss, stats = s.loss(self.model, batch.take(index))
+            loss, stats = s.loss(self.model, batch.take(index), value_norm=self.value_norm)
             loss.backward()
             self.window.add(stats)
             yield Step(self.flat.grad(), step.lr_scale)

@@ -90,6 +90,16 @@ class _LagWindow:
             self.mean.append(float(np.mean(lags)))
             self.high.append(max(lags))
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"low": list(self.low), "mean": list(self.mean), "high": list(self.high)}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """A checkpoint from before the window was saved restores an empty one."""
+        state = state or {}
+        self.low = [int(v) for v in state.get("low", [])]
+        self.mean = [float(v) for v in state.get("mean", [])]
+        self.high = [int(v) for v in state.get("high", [])]
+
     def drain(self) -> dict[str, float]:
         if not self.mean:
             return {}
@@ -131,6 +141,18 @@ class TrajectoryLearner(Learner):
         row = {name: float(np.mean(v)) for name, v in self.losses.items()}
         self.losses = {}
         return row | self.lags.drain()
+
+    # The window since the last log row is checkpointed: a resumed run's next row must
+    # average the same steps as the uninterrupted run's.
+    def state_dict(self, with_replay: bool = False) -> dict[str, Any]:
+        return {
+            "losses": {k: list(v) for k, v in self.losses.items()},
+            "lags": self.lags.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.losses = {str(k): [float(x) for x in v] for k, v in state.get("losses", {}).items()}
+        self.lags.load_state_dict(state.get("lags"))
 
 
 class ReplayLearner(Learner):
@@ -189,13 +211,19 @@ class ReplayLearner(Learner):
     def state_dict(self, with_replay: bool = False) -> dict[str, Any]:
         # The replay can be large (hundreds of MB): it travels only when asked for; without
         # it a resumed learner refills from fresh experience before it learns again.
-        state: dict[str, Any] = {"rng": self.rng}
+        state: dict[str, Any] = {
+            "rng": self.rng,
+            "losses": list(self.losses),  # the window since the last log row
+            "lags": self.lags.state_dict(),
+        }
         if with_replay:
             state["replay"] = self.replay.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng = state["rng"]
+        self.losses = [float(x) for x in state.get("losses", [])]
+        self.lags.load_state_dict(state.get("lags"))
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
 

@@ -1,4 +1,5 @@
-"""Runtimes: where workers execute. They know nothing of scheduling policy.
+"""Runtimes: where workers execute. They know nothing of scheduling policy: of a scheduler
+they are told one boolean, whether its updates apply alone.
 
 A runtime is built from ``RuntimeSettings`` (hybrid/runtimes/settings.py) and a worker pool
 (hybrid/runtimes/pool.py) that the assembly made from the config; neither is the config."""
@@ -6,8 +7,9 @@ A runtime is built from ``RuntimeSettings`` (hybrid/runtimes/settings.py) and a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from hybrid.core.appliers import SERVER_APPLIES, Applier
 from hybrid.protocol import Snapshot, Update
 
 if TYPE_CHECKING:
@@ -15,19 +17,25 @@ if TYPE_CHECKING:
     from hybrid.envs import EnvInfo
     from hybrid.runtimes.pool import WorkerPool
     from hybrid.runtimes.settings import RuntimeSettings
-    from hybrid.schedulers.base import Scheduler
 
 
 class Runtime(Protocol):
     """Dispatches tasks to workers and hands back their updates, earliest completion first.
 
-    A runtime may also name an ``applier`` (``hybrid.core.appliers``): who writes θ. One
-    that does not leaves it to the loop's server optimizer; the processes runtime picks
-    ``WorkersApply`` under Hogwild!.
+    Every member the loop (``hybrid.core.loop.Training``) uses is declared here; a runtime
+    implements all of them (``RuntimeDefaults`` supplies the ones most runtimes share).
     """
+
+    applier: Applier
+    """Who writes θ (``hybrid.core.appliers``): ``SERVER_APPLIES``, the loop's server
+    optimizer, or ``WorkersApply`` where the workers step θ themselves (Hogwild!)."""
 
     def idle_workers(self) -> list[int]: ...
     def dispatch(self, worker_id: int, snapshot: Snapshot) -> None: ...
+    def dispatch_group(self, worker_ids: list[int], snapshot: Snapshot) -> None:
+        """Start tasks that share one snapshot (a runtime may compute them together)."""
+        ...
+
     def next_update(self) -> Update: ...
     def virtual_time(self) -> float | None: ...
     def settle(self) -> None:
@@ -39,14 +47,67 @@ class Runtime(Protocol):
         """Counters for the training rows, e.g. ``sched/worker_restarts``."""
         ...
 
+    def worker_count(self) -> int:
+        """How many workers a checkpoint of this runtime holds state for."""
+        ...
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What summary.json records of the runtime itself (a calibrated clock: its profile's
+        hash and validation errors)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
+
+
+class RuntimeDefaults:
+    """What most runtimes share: the server applies, tasks on one snapshot start one by one,
+    nothing to checkpoint. A runtime subclasses it and overrides what it does otherwise."""
+
+    applier: Applier = SERVER_APPLIES
+
+    def dispatch(self, worker_id: int, snapshot: Snapshot) -> None:
+        raise NotImplementedError
+
+    def dispatch_group(self, worker_ids: list[int], snapshot: Snapshot) -> None:
+        for worker_id in worker_ids:
+            self.dispatch(worker_id, snapshot)
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
+
+def workers_write_params(
+    settings: RuntimeSettings, applies_alone: bool, persistent_workers: bool
+) -> bool:
+    """Whether the runtime ``settings`` name lets its workers step θ themselves (Hogwild!).
+
+    The processes runtime does when the scheduler would apply each update alone anyway
+    (``applies_alone``), ``lock_free`` is on, nothing (a codec) must see the payload first,
+    and each process runs one persistent worker (edge clients come and go on any process).
+    The device choice asks this before anything is built: such a θ stays in CPU memory.
+    """
+    return (
+        settings.runtime == "processes"
+        and settings.lock_free
+        and applies_alone
+        and settings.codec == "none"
+        and persistent_workers
+    )
 
 
 def _serial(
     settings: RuntimeSettings,
     info: EnvInfo,
     model: GlobalModel,
-    scheduler: Scheduler,
+    applies_alone: bool,
     pool: WorkerPool,
 ) -> Runtime:
     from hybrid.cluster_profile import ClusterProfile, is_profile_path
@@ -58,7 +119,6 @@ def _serial(
     from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime
 
     profile = ClusterProfile.load(cluster)
-    applies_alone = scheduler.applies_alone
     return ProfiledSerialRuntime(
         settings, info, pool, profile, lambda: model.version, applies_alone
     )
@@ -68,20 +128,12 @@ def _processes(
     settings: RuntimeSettings,
     info: EnvInfo,
     model: GlobalModel,
-    scheduler: Scheduler,
+    applies_alone: bool,
     pool: WorkerPool,
 ) -> Runtime:
     from hybrid.runtimes.processes import ProcessRuntime
 
-    # Hogwild!: workers step the shared θ themselves when the scheduler would apply each
-    # update alone anyway and nothing (a codec) must see the payload first; a process then
-    # runs one persistent worker (edge clients come and go on any process).
-    hogwild = (
-        settings.lock_free
-        and scheduler.applies_alone
-        and settings.codec == "none"
-        and pool.persistent
-    )
+    hogwild = workers_write_params(settings, applies_alone, pool.persistent)
     return ProcessRuntime(settings, info, model if hogwild else None, pool)
 
 
@@ -89,7 +141,7 @@ def _ray(
     settings: RuntimeSettings,
     info: EnvInfo,
     model: GlobalModel,
-    scheduler: Scheduler,
+    applies_alone: bool,
     pool: WorkerPool,
 ) -> Runtime:
     try:
@@ -106,8 +158,9 @@ def _ray(
 
 
 RuntimeBuilder = Callable[
-    ["RuntimeSettings", "EnvInfo", "GlobalModel", "Scheduler", "WorkerPool"], Runtime
+    ["RuntimeSettings", "EnvInfo", "GlobalModel", bool, "WorkerPool"], Runtime
 ]
+"""(settings, env, global model, whether the scheduler's updates apply alone, pool)."""
 RUNTIMES: dict[str, RuntimeBuilder] = {
     "serial": _serial,
     "processes": _processes,
@@ -119,10 +172,20 @@ def make_runtime(
     settings: RuntimeSettings,
     info: EnvInfo,
     model: GlobalModel,
-    scheduler: Scheduler,
+    applies_alone: bool,
     pool: WorkerPool,
 ) -> Runtime:
-    """The runtime ``settings.runtime`` names, running ``pool``'s workers. It may take over
-    ``model``'s storage (shared memory) when ``scheduler`` lets workers apply their own
-    updates."""
-    return RUNTIMES[settings.runtime](settings, info, model, scheduler, pool)
+    """The runtime ``settings.runtime`` names, running ``pool``'s workers. It takes over
+    ``model``'s storage (shared memory) where its workers write θ
+    (``workers_write_params``): only when the scheduler's updates apply alone."""
+    return RUNTIMES[settings.runtime](settings, info, model, applies_alone, pool)
+
+
+__all__ = [
+    "RUNTIMES",
+    "Runtime",
+    "RuntimeBuilder",
+    "RuntimeDefaults",
+    "make_runtime",
+    "workers_write_params",
+]

@@ -12,7 +12,6 @@ import collections
 import dataclasses
 import heapq
 import logging
-import os
 import pickle
 import warnings
 from dataclasses import dataclass
@@ -21,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from hybrid.cluster_profile import physical_cores
 from hybrid.core.worker import Worker
 from hybrid.protocol import Snapshot, Update
+from hybrid.runtimes import RuntimeDefaults
 from hybrid.seeding import FAULTS, stream
 
 if TYPE_CHECKING:
@@ -36,21 +37,6 @@ MAX_CONSECUTIVE_FAILURES = 3
 """A worker that fails this many times in a row without finishing a task is a bug, not bad luck:
 the run stops with the worker's last error instead of restarting it forever. Kills injected on
 purpose (``inject_worker_faults``, ``kill_worker``) do not count."""
-
-
-def physical_cores() -> int:
-    """Physical cores this process may run on (hyper-threads do not add throughput here)."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = os.cpu_count() or 1
-    try:
-        import psutil  # optional: present in most environments, not a dependency
-
-        physical = psutil.cpu_count(logical=False) or usable
-    except ImportError:
-        physical = usable
-    return max(1, min(physical, usable))
 
 
 def warn_if_oversubscribed(workers: int, runtime: str) -> None:
@@ -213,7 +199,7 @@ class Executor:
     last_error: str = ""
 
 
-class Supervisor(abc.ABC):
+class Supervisor(RuntimeDefaults, abc.ABC):
     """The part of a parallel runtime that is not about transport: which ids are busy, which
     executor runs a task, the order results are handed to the loop, restarts, fault counters,
     checkpoints. The processes and ray runtimes subclass it and supply their transport:
@@ -282,6 +268,9 @@ class Supervisor(abc.ABC):
         return self.counters.as_metrics()
 
     # -- checkpoints --
+
+    def worker_count(self) -> int:
+        return len(self.executors)
 
     def state_dict(self) -> dict[str, Any]:
         """The counters and every executor's incarnation. Tasks in flight are not saved:

@@ -72,6 +72,8 @@ import shutil
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -104,6 +106,9 @@ from hybrid.runtimes._parallel import (
     warm_up,
     warn_if_oversubscribed,
 )
+from hybrid.runtimes._ray_watchdog import kill_processes as _kill_processes
+from hybrid.runtimes._ray_watchdog import processes_of as _processes_of
+from hybrid.runtimes._ray_watchdog import start_time
 from hybrid.runtimes.pool import WorkerPool
 
 if TYPE_CHECKING:
@@ -353,19 +358,67 @@ def _parse_address(address: str) -> tuple[str, int] | None:
 
 
 def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """Raise ConfigError (one line) unless ``address`` accepts a TCP connection in ``timeout``."""
+    """Raise ConfigError (one line) unless ``address`` is an address whose server answers,
+    within ``timeout``, as Ray's GCS (or Ray Client) does: over gRPC, whose HTTP/2 server
+    sends a SETTINGS frame first. Something else that accepts TCP (a web server) would make
+    ``ray.init`` retry for minutes, deaf to SIGTERM."""
     where = _parse_address(address)
     if where is None:
-        return  # "auto" and the like: Ray finds the cluster itself
-    try:
-        socket.create_connection(where, timeout=timeout).close()
-    except OSError as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        if address.strip().lower() == "auto":
+            return  # Ray finds the cluster this machine belongs to itself
         raise ConfigError(
-            f"ray_address: nothing answers at {address} ({reason} within {timeout:.0f} s); "
-            "start the cluster's head there (ray start --head), or leave --ray-address empty "
-            "for a local Ray"
+            f"ray_address: {address!r} is not an address; give host:port (the head's GCS "
+            "port, 6379 unless ray start --head said otherwise), ray://host:port or auto, or "
+            "leave it empty for a local Ray"
+        )
+    host, port = where
+    if not host or not 0 < port < 65536:
+        raise ConfigError(
+            f"ray_address: {address!r} needs a host and a port in 1..65535 (host:port)"
+        )
+    try:
+        sock = socket.create_connection(where, timeout=timeout)
+    except (OSError, ValueError, UnicodeError) as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else getattr(exc, "strerror", "")
+        raise ConfigError(
+            f"ray_address: nothing answers at {address} ({reason or exc} within "
+            f"{timeout:.0f} s); start the cluster's head there (ray start --head), or leave "
+            "--ray-address empty for a local Ray"
         ) from None
+    with sock:
+        if not _answers_http2(sock, timeout):
+            raise ConfigError(
+                f"ray_address: {address} accepts connections but does not answer as Ray "
+                f"(no gRPC reply within {timeout:.0f} s); give the head's GCS port (6379 "
+                "unless ray start --head said otherwise) or its Ray Client port (ray://)"
+            )
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""The HTTP/2 client preface and an empty SETTINGS frame (RFC 9113, 3.4)."""
+_SETTINGS = 4
+"""The type of a SETTINGS frame: an HTTP/2 server's first frame."""
+
+
+def _answers_http2(sock: socket.socket, timeout: float) -> bool:
+    """Whether the peer answers the HTTP/2 preface with a frame header of a SETTINGS frame
+    within ``timeout`` (overall, however the reply is cut into packets)."""
+    deadline = time.monotonic() + timeout
+    header = b""
+    try:
+        sock.sendall(_HTTP2_PREFACE)
+        while len(header) < 9:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            sock.settimeout(left)
+            chunk = sock.recv(9 - len(header))
+            if not chunk:
+                return False
+            header += chunk
+    except OSError:
+        return False
+    return header[3] == _SETTINGS
 
 
 @dataclass
@@ -379,6 +432,8 @@ class RaySession:
 
     private_dir: Path | None = None
     saved_env: dict[str, str | None] = field(default_factory=dict)
+    watchdog: subprocess.Popen[bytes] | None = None
+    """Ends this Ray and removes ``private_dir`` if this process dies without ``close``."""
 
     def set_env(self, name: str, value: str) -> None:
         self.saved_env.setdefault(name, os.environ.get(name))
@@ -389,6 +444,10 @@ class RaySession:
         back and remove the private directory with its token."""
         # Listed before shutdown: once the raylet is gone its agents are no longer its
         # children, and ray.shutdown ends none of them when ray.init was interrupted.
+        if self.watchdog is not None:  # this close does its work
+            self.watchdog.terminate()
+            self.watchdog.wait()
+            self.watchdog = None
         leftovers = _processes_of(self.private_dir) if self.private_dir is not None else {}
         ray.shutdown()
         _kill_processes(leftovers)
@@ -417,43 +476,6 @@ def _reload_ray_auth_settings() -> bool:
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
     return True
-
-
-def _processes_of(private_dir: Path) -> dict[int, str]:
-    """pid -> start time of a local Ray's processes: those whose command line names its
-    directory (GCS, raylet, monitors) and all their descendants (the agents and workers,
-    which rename themselves ``ray::...``)."""
-    table: dict[int, tuple[int, str, bytes]] = {}  # pid -> (parent, start time, cmdline)
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                table[int(entry)] = (int(fields[1]), fields[19], f.read())
-        except (OSError, IndexError, ValueError):
-            continue  # exited while we looked
-    needle = str(private_dir).encode()
-    found = {pid for pid, (_, _, cmd) in table.items() if needle in cmd and pid != os.getpid()}
-    grew = True
-    while grew:
-        children = {pid for pid, (parent, _, _) in table.items() if parent in found}
-        grew = not children <= found
-        found |= children
-    return {pid: table[pid][1] for pid in found}
-
-
-def _kill_processes(processes: dict[int, str]) -> None:
-    """SIGKILL those of ``processes`` still alive (the same process: same start time)."""
-    for pid, started in processes.items():
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[19] != started:
-                    continue  # the pid was reused
-            os.kill(pid, signal.SIGKILL)
-        except (OSError, IndexError):
-            continue  # gone meanwhile
 
 
 def _private_token(session: RaySession) -> None:
@@ -506,19 +528,30 @@ def connect(address: str, workers: int) -> RaySession | None:
     try:
         if address:
             probe_address(address)
-            ray.init(address=address, **quiet)
+            try:
+                ray.init(address=address, **quiet)
+            except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
+                lines = [line for line in str(exc).splitlines() if line.strip()]
+                raise ConfigError(
+                    f"ray_address: Ray at {address} could not be joined "
+                    f"({(lines[0] if lines else type(exc).__name__)[:200]})"
+                ) from None
             return session
         # Short: Ray's socket paths under it must fit in 107 bytes.
         session.private_dir = Path(tempfile.mkdtemp(prefix="hybrid-ray-", dir=_short_tmp()))
+        session.watchdog = _start_watchdog(session.private_dir)
         _private_token(session)
         with _loopback_only():
             ray.init(
                 num_cpus=max(workers, physical_cores()),  # one CPU per actor must fit
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
-                _temp_dir=str(session.private_dir),
+                # Ray makes its temp dir and session folders 0777: inside our 0700 folder
+                # nobody else can reach them (and they are narrowed below once made)
+                _temp_dir=str(session.private_dir / RAY_TEMP_NAME),
                 **quiet,
             )
+        _owner_only(session.private_dir)
     except BaseException:
         session.close()
         raise
@@ -531,6 +564,39 @@ def connect(address: str, workers: int) -> RaySession | None:
             stacklevel=2,
         )
     return session
+
+
+RAY_TEMP_NAME = "r"
+"""Ray's temp dir inside the private one (one letter: socket paths must stay short)."""
+
+
+def _start_watchdog(private_dir: Path) -> subprocess.Popen[bytes]:
+    """Start ``_ray_watchdog`` for this process and ``private_dir``: if this process dies
+    without closing its Ray (SIGKILL), the watchdog ends Ray's daemons and removes the
+    directory. Run by its file path, in a session of its own, with no inherited files."""
+    script = Path(__file__).with_name("_ray_watchdog.py")
+    me = os.getpid()
+    return subprocess.Popen(
+        [sys.executable, "-S", "-I", str(script), str(me), str(start_time(me)), str(private_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _owner_only(private_dir: Path) -> None:
+    """Narrow what Ray made under ``private_dir`` to its owner: folders 0700, files (the
+    sockets among them) only their owner's bits. Ray creates them world-writable."""
+    for root, _, files in os.walk(private_dir):
+        with contextlib.suppress(OSError):
+            os.chmod(root, 0o700)
+        for name in files:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if not os.path.islink(path):
+                    os.chmod(path, os.stat(path).st_mode & 0o700)  # group and others: none
 
 
 def _short_tmp() -> str | None:

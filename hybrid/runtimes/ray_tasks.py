@@ -8,15 +8,24 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hybrid.errors import ConfigError, TaskLost
 from hybrid.runtimes.ray import connect
 
-if TYPE_CHECKING:
-    from hybrid.sweep import PlannedRun
-
 RunOnNode = Callable[[list[str], str, str, str], int]
+
+
+class RunToStart(Protocol):
+    """What the backend needs of a planned run (``hybrid.sweep.PlannedRun`` has it): its
+    name for the logs, the ``hybrid train`` arguments, and its run directory."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def argv(self) -> Sequence[str]: ...
+    @property
+    def run_dir(self) -> Path: ...
 
 
 class RayBackend:
@@ -51,7 +60,7 @@ class RayBackend:
                 f"({total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs) can hold a run"
             )
 
-    def start(self, run: PlannedRun) -> Any:
+    def start(self, run: RunToStart) -> Any:
         out, err = self.log_dir / f"{run.name}.out", self.log_dir / f"{run.name}.err"
         for log in (out, err):
             log.write_bytes(b"")
@@ -82,4 +91,4 @@ class RayBackend:
             self.session = None
 
 
-__all__ = ["RayBackend"]
+__all__ = ["RayBackend", "RunToStart"]

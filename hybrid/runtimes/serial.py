@@ -25,6 +25,7 @@ from hybrid.core.worker import (
 )
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
+from hybrid.runtimes import RuntimeDefaults
 from hybrid.runtimes.pool import EdgeClients, WorkerPool
 from hybrid.seeding import CLOCK, stream
 
@@ -72,7 +73,7 @@ def cluster_slowness(settings: RuntimeSettings) -> np.ndarray:
     return slowness
 
 
-class SerialRuntime:
+class SerialRuntime(RuntimeDefaults):
     def __init__(self, settings: RuntimeSettings, info: EnvInfo, pool: WorkerPool) -> None:
         self.settings, self.info = settings, info
         self.pool = pool
@@ -207,6 +208,9 @@ class SerialRuntime:
 
     def metrics(self) -> dict[str, float]:
         return {"perf/virtual_clock_s": self.bookkeeping_s}
+
+    def worker_count(self) -> int:
+        return len(self.workers)  # none kept for edge clients: each task builds its client
 
     def state_dict(self) -> dict[str, Any]:
         """The clock, the tasks in flight (already computed) and every worker's state."""

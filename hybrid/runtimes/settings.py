@@ -1,12 +1,14 @@
 """The runtimes' settings: what the assembly takes from the flat config for them.
 
 Imports nothing of the project at run time, so every runtime module, and the worker
-processes and Ray actors that receive these settings pickled, can use it.
+processes and Ray actors that receive these settings pickled, can use it. No field has a
+default: the assembly fills each from the config field of the same name, whose default is
+the one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,14 +19,14 @@ if TYPE_CHECKING:
 class ClockSettings:
     """The serial runtime's virtual clock: worker speeds and task costs."""
 
-    cluster: str = "homogeneous"
-    step_cost_s: float = 1e-4
-    task_overhead_s: float = 1e-3
-    speed_sigma: float = 0.5
-    straggler_fraction: float = 0.25
-    straggler_slowdown: float = 4.0
-    jitter_sigma: float = 0.1
-    bandwidth_mbps: float = 100.0
+    cluster: str
+    step_cost_s: float
+    task_overhead_s: float
+    speed_sigma: float
+    straggler_fraction: float
+    straggler_slowdown: float
+    jitter_sigma: float
+    bandwidth_mbps: float
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,13 @@ class RuntimeSettings:
     seed: int
     server: ServerSettings
     """The global model's: a Hogwild! worker process builds its optimizer from it."""
-    clock: ClockSettings = field(default_factory=ClockSettings)
-    codec: str = "none"
+    clock: ClockSettings
+    codec: str
     """Hogwild! runs only without a codec (workers step θ with raw gradients)."""
-    lock_free: bool = True
-    torch_threads: int = 1
-    inject_worker_faults: float = 0.0
-    ray_address: str = ""
+    lock_free: bool
+    torch_threads: int
+    inject_worker_faults: float
+    ray_address: str
 
 
 __all__ = ["ClockSettings", "RuntimeSettings"]

@@ -70,6 +70,9 @@ class SharedCores:
         self.now = 0.0
         self.work: dict[int, float | None] = {}
         self.done: dict[int, float] = {}
+        self.waking: dict[int, tuple[float, float | None]] = {}
+        """Jobs that start later without holding a core meanwhile (a process still being
+        woken): job -> (when, work)."""
 
     def rate(self, job: int) -> float:
         """CPU-seconds ``job`` gets per second, now."""
@@ -80,14 +83,25 @@ class SharedCores:
         others = len(self.work) - 1
         return min(1.0, (self.cores - 1) / others)
 
-    def start(self, job: int, work: float | None = None) -> None:
-        if job in self.work:
+    def start(self, job: int, work: float | None = None, at: float | None = None) -> None:
+        """Start ``job`` now, or at ``at`` (it holds no core until then)."""
+        if job in self.work or job in self.waking:
             raise ValueError(f"job {job} is already running")
+        if at is not None and at > self.now:
+            self.waking[job] = (at, work)
+            return
         self.work[job] = work
         self.done[job] = 0.0
 
     def set_work(self, job: int, work: float) -> None:
-        self.work[job] = work
+        if job in self.waking:
+            self.waking[job] = (self.waking[job][0], work)
+        else:
+            self.work[job] = work
+
+    def next_wake(self) -> float | None:
+        """When the first waking job starts, if any."""
+        return min((at for at, _ in self.waking.values()), default=None)
 
     def next_finish(self) -> tuple[float, int] | None:
         """When the job that ends first ends, if nothing starts meanwhile, and which it is.
@@ -116,18 +130,28 @@ class SharedCores:
         for job, rate in rates.items():
             self.done[job] += elapsed * rate
         self.now = until
+        for job, (at, work) in sorted(self.waking.items(), key=lambda item: item[1][0]):
+            if at <= until:  # woken: from now on it shares the cores
+                del self.waking[job]
+                self.work[job] = work
+                self.done[job] = 0.0
 
     def finish(self, job: int) -> None:
         del self.work[job], self.done[job]
 
     def state_dict(self) -> dict[str, Any]:
         # a list of jobs, in start order: the order breaks ties
-        return {"now": self.now, "jobs": [[j, w, self.done[j]] for j, w in self.work.items()]}
+        return {
+            "now": self.now,
+            "jobs": [[j, w, self.done[j]] for j, w in self.work.items()],
+            "waking": [[j, at, w] for j, (at, w) in self.waking.items()],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.now = float(state["now"])
         self.work = {int(job): work for job, work, _ in state["jobs"]}
         self.done = {int(job): float(done) for job, _, done in state["jobs"]}
+        self.waking = {int(job): (float(at), work) for job, at, work in state.get("waking", [])}
 
 
 class ProfiledSerialRuntime(SerialRuntime):
@@ -161,6 +185,11 @@ class ProfiledSerialRuntime(SerialRuntime):
         """Hogwild!: workers running a task the loop has not dispatched yet, since when."""
         self._arrived: list[tuple[float, int, Update]] = []
         """Finished tasks the server has not taken yet, earliest first."""
+        self._delivering: list[tuple[float, int, int, Update]] = []
+        """Hogwild!: finished tasks whose result reaches the loop after the read delay."""
+        # cost growth beyond fair sharing, measured with N workers on C cores
+        sharing = min(settings.workers, profile.cores) - 1
+        self.growth = 1.0 + profile.contention * sharing / profile.cores
         self._charged_version = version()
         self._published_version: int | None = None
 
@@ -181,15 +210,14 @@ class ProfiledSerialRuntime(SerialRuntime):
         work = update.env_steps * profile.step_cost_s + steps * profile.task_overhead_s
         if self.hogwild:
             work += profile.apply_s  # the worker steps the shared θ itself
-        sigma = profile.jitter_sigma
-        if sigma:  # a lognormal factor of mean 1: the measured costs are means
-            work *= float(self.cost.jitter[worker_id].lognormal(-sigma * sigma / 2, sigma))
+        work *= self.growth * self._cost_factor(worker_id)
         if worker_id in self._started_ahead:  # this dispatch is the claim of a running task
             update.started_s = self._started_ahead.pop(worker_id)
             self.cores.set_work(worker_id, work)
         else:
-            update.started_s = self.cores.now
-            self.cores.start(worker_id, work)
+            # the worker, asleep on its pipe, starts once woken: latency, not CPU
+            update.started_s = self.cores.now + self._wake_s(worker_id)
+            self.cores.start(worker_id, work, at=update.started_s)
         update.upload_s = 0.0  # sending is CPU work, in the overhead
         self._running[worker_id] = update
         self._mark_busy(worker_id)
@@ -203,13 +231,9 @@ class ProfiledSerialRuntime(SerialRuntime):
     def next_update(self) -> Update:
         started = time.perf_counter()
         self._charge_applies()
-        if not self._arrived:
-            upcoming = self.cores.next_finish()
-            if upcoming is None:
+        while not self._arrived:
+            if not self._next_event():
                 raise RuntimeError("no task in flight and none started: the scheduler stalled")
-            finish, worker_id = upcoming
-            self.cores.advance(finish)
-            self._finished(worker_id)
         _, _, update = heapq.heappop(self._arrived)
         self._serve(self.profile.receive_s)
         self._mark_free(update.worker_id)
@@ -219,27 +243,84 @@ class ProfiledSerialRuntime(SerialRuntime):
     def virtual_time(self) -> float | None:
         return self.cores.now
 
+    def summary_fields(self) -> dict[str, Any]:
+        """What summary.json cites of the machine the clock ran on: the profile's hash and
+        how far its clock was from the real runs it was checked against."""
+        return {
+            "cluster_profile_sha256": self.profile.digest(),
+            "cluster_profile_errors": self.profile.fit.get("residuals"),
+        }
+
+    # -- what a task costs --
+
+    def _cost_factor(self, worker_id: int) -> float:
+        """A task's cost over the mean: drawn from the measured quantiles (inverse CDF,
+        linear between them) or the lognormal of mean 1."""
+        rng = self.cost.jitter[worker_id]
+        quantiles = self.profile.task_cost_quantiles
+        if quantiles:
+            return _inverse_cdf(quantiles, float(rng.random()))
+        sigma = self.profile.jitter_sigma
+        if sigma:  # a lognormal factor of mean 1: the measured costs are means
+            return float(rng.lognormal(-sigma * sigma / 2, sigma))
+        return 1.0
+
+    def _wake_s(self, worker_id: int) -> float:
+        quantiles = self.profile.wake_s_quantiles
+        if not quantiles:
+            return 0.0
+        return _inverse_cdf(quantiles, float(self.cost.jitter[worker_id].random()))
+
     # -- the server and the cores --
+
+    def _next_event(self) -> bool:
+        """Let time pass to the next event (a task ends, a worker wakes, a Hogwild! result
+        reaches the main process) and handle it; False when nothing is pending."""
+        upcoming = self.cores.next_finish()
+        events: list[tuple[float, int, int]] = []  # (when, priority, job): ends first on a tie
+        if upcoming is not None:
+            events.append((upcoming[0], 0, upcoming[1]))
+        if (wake := self.cores.next_wake()) is not None:
+            events.append((wake, 1, 0))
+        if self._delivering:
+            events.append((self._delivering[0][0], 2, 0))
+        if not events:
+            return False
+        when, kind, job = min(events)
+        self.cores.advance(when)
+        if kind == 0:
+            if job == SERVER:
+                self.cores.finish(SERVER)
+            else:
+                self._finished(job)
+        elif kind == 2:
+            _, _, worker_id, update = heapq.heappop(self._delivering)
+            self._deliver(worker_id, update)
+        return True
 
     def _serve(self, seconds: float) -> None:
         """The main process spends ``seconds`` of CPU now; tasks that end meanwhile queue."""
         if seconds <= 0:
             return
         self.cores.start(SERVER, seconds)
-        while True:
-            upcoming = self.cores.next_finish()
-            assert upcoming is not None  # the server's own job has known work
-            finish, job = upcoming
-            self.cores.advance(finish)
-            if job == SERVER:
-                self.cores.finish(SERVER)
-                return
-            self._finished(job)
+        while SERVER in self.cores.work:
+            self._next_event()
 
     def _finished(self, worker_id: int) -> None:
         self.cores.finish(worker_id)
         update = self._running.pop(worker_id)
         now = self.cores.now
+        delay = self.profile.read_delay_s if self.hogwild else 0.0
+        if delay > 0:  # the result reaches the loop, and the worker reads θ, a moment later
+            heapq.heappush(self._delivering, (now + delay, self._sequence, worker_id, update))
+            self._sequence += 1
+        else:
+            self._deliver(worker_id, update)
+
+    def _deliver(self, worker_id: int, update: Update) -> None:
+        now = self.cores.now
+        # A task's span ends when its result reaches the loop: for a Hogwild! worker, as in
+        # the real runtime's spans, after the read delay (the claim and its own apply)
         update.cost_s = now - update.started_s
         heapq.heappush(self._arrived, (now, self._sequence, update))
         self._sequence += 1
@@ -265,6 +346,7 @@ class ProfiledSerialRuntime(SerialRuntime):
             "running": [(w, update_to_state(u)) for w, u in self._running.items()],
             "started_ahead": sorted(self._started_ahead.items()),
             "arrived": [(t, seq, update_to_state(u)) for t, seq, u in self._arrived],
+            "delivering": [(t, seq, w, update_to_state(u)) for t, seq, w, u in self._delivering],
             "charged_version": self._charged_version,
             "published_version": self._published_version,
             "jitter": list(self.cost.jitter),
@@ -280,11 +362,24 @@ class ProfiledSerialRuntime(SerialRuntime):
         self._started_ahead = {int(w): float(t) for w, t in state["started_ahead"]}
         self._arrived = [(t, seq, update_from_state(u)) for t, seq, u in state["arrived"]]
         heapq.heapify(self._arrived)
+        self._delivering = [
+            (t, seq, int(w), update_from_state(u)) for t, seq, w, u in state.get("delivering", [])
+        ]
+        heapq.heapify(self._delivering)
         self._charged_version = int(state["charged_version"])
         self._published_version = state["published_version"]
         self.cost.jitter = list(state["jitter"])
         for worker, worker_state in zip(self.workers, state["workers"], strict=True):
             worker.load_state_dict(worker_state)
+
+
+def _inverse_cdf(quantiles: tuple[float, ...], u: float) -> float:
+    """The value at probability ``u`` of a distribution given by evenly spaced quantiles
+    (the first at 0, the last at 1), linear between them."""
+    position = u * (len(quantiles) - 1)
+    low = min(int(position), len(quantiles) - 2)
+    weight = position - low
+    return quantiles[low] * (1 - weight) + quantiles[low + 1] * weight
 
 
 __all__ = ["ProfiledSerialRuntime", "SharedCores"]

@@ -7,19 +7,26 @@ module:name`` works for envs. Its own hyperparameters (a ``Settings`` dataclass 
 class) come from ``TrainConfig.scheduler_args``, checked against that dataclass here.
 
 A scheduler is built from ``SchedulerSettings`` (the assembly fills them from the config):
-the workers, the seed, the clients and the scheduler's own settings, a built-in's small
-dataclass (``BoundedSettings``...) or a user scheduler's ``Settings`` arguments.
+the workers, the seed, the clients and the scheduler's own settings. Built-in schedulers
+follow the contract a user's does: a ``Settings`` dataclass (defaults and checks written
+there, once), ``__init__(workers, settings)``, ``task_kind`` and ``staleness_unit``. Their
+settings are flat ``TrainConfig`` fields (``--staleness-bound``...), derived from those
+dataclasses (``hybrid.scheduler_settings``); a user scheduler's come from
+``scheduler_args``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +34,20 @@ from typing import Any
 from hybrid.clients import ClientSettings, population
 from hybrid.errors import ConfigError
 from hybrid.protocol import TASK_KINDS
-from hybrid.schedulers.actor_learner import ActorLearner, ActorLearnerSettings
+from hybrid.scheduler_settings import (
+    ActorLearnerSettings,
+    AsyncSettings,
+    BoundedSettings,
+    FedAvgSettings,
+    SyncSettings,
+    coerce_setting,
+)
+from hybrid.schedulers.actor_learner import ActorLearner
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
-from hybrid.schedulers.bounded import Bounded, BoundedSettings
-from hybrid.schedulers.fedavg import FedAvg, FedAvgSettings
+from hybrid.schedulers.bounded import Bounded
+from hybrid.schedulers.fedavg import FedAvg
+from hybrid.schedulers.guard import Guarded, construct
 from hybrid.schedulers.synchronous import Sync
 
 
@@ -47,9 +63,9 @@ class SchedulerSettings:
     """The run's clients (their profiles: who may be sampled, who drops out); without
     edge clients, its workers."""
     args: Any = None
-    """The scheduler's own settings: a built-in's dataclass (``BoundedSettings``,
-    ``ActorLearnerSettings``, ``FedAvgSettings``; None for sync and async), or a user
-    scheduler's ``scheduler_args`` mapping, checked against its ``Settings``."""
+    """The scheduler's own settings: its ``Settings`` dataclass, filled (the assembly does
+    for a built-in, from its flat fields), or a mapping of values (``scheduler_args``),
+    checked against its ``Settings`` here."""
 
 
 @dataclass(frozen=True)
@@ -60,32 +76,31 @@ class SchedulerEntry:
     cls: type[Scheduler]
 
 
-def _user_entry(cls: type[Scheduler]) -> SchedulerEntry:
+def _user_entry(cls: type[Scheduler], guarded: bool = True) -> SchedulerEntry:
+    """Every scheduler, built-in or yours, is built the same way: ``cls(workers, settings)``
+    (``cls(workers)`` when it declares no ``Settings``). Yours runs guarded: a fault of
+    yours is one line naming the method, not a traceback; the built-ins are trusted."""
+
     def build(settings: SchedulerSettings) -> Scheduler:
+        def make(*args: Any) -> Scheduler:
+            return construct(settings.name, cls, *args) if guarded else cls(*args)
+
         if cls.Settings is None:
-            return cls(population(settings.clients))  # type: ignore[call-arg]
-        own = make_settings(cls, settings.args or {})
-        return cls(population(settings.clients), own)  # type: ignore[call-arg]
+            return make(population(settings.clients))
+        own = settings.args
+        if not isinstance(own, cls.Settings):
+            own = make_settings(cls, own or {})
+        return make(population(settings.clients), own)
 
     return SchedulerEntry(build, cls)
 
 
-def _bounded(settings: SchedulerSettings) -> Bounded:
-    own: BoundedSettings = settings.args
-    return Bounded(settings.workers, own.staleness_bound, own.staleness_aware_lr)
-
-
-def _actor_learner(settings: SchedulerSettings) -> ActorLearner:
-    own: ActorLearnerSettings = settings.args
-    return ActorLearner(settings.workers, own.learner_batch, own.max_policy_lag)
-
-
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    "sync": SchedulerEntry(lambda s: Sync(s.workers), Sync),
-    "async": SchedulerEntry(lambda s: Async(s.workers), Async),
-    "bounded": SchedulerEntry(_bounded, Bounded),
-    "hybrid": SchedulerEntry(_actor_learner, ActorLearner),
-    "fedavg": SchedulerEntry(FedAvg.from_settings, FedAvg),
+    "sync": _user_entry(Sync, guarded=False),
+    "async": _user_entry(Async, guarded=False),
+    "bounded": _user_entry(Bounded, guarded=False),
+    "hybrid": _user_entry(ActorLearner, guarded=False),
+    "fedavg": _user_entry(FedAvg, guarded=False),
 }
 BUILT_IN = frozenset(SCHEDULERS)
 
@@ -129,6 +144,17 @@ def short_name(name: str) -> str:
     return name.rpartition(":")[2] if ":" in name else name
 
 
+def task_kind_of(name: str) -> type | None:
+    """The task kind of scheduler ``name`` (None: not known without importing it, under
+    ``defer_user_schedulers``, or not a scheduler: validation says why)."""
+    try:
+        if _deferred(name):
+            return None
+        return resolve_scheduler(name).cls.task_kind
+    except ConfigError:
+        return None
+
+
 def make_settings(cls: type[Scheduler], args: Mapping[str, Any]) -> Any:
     """``cls.Settings`` filled from ``args``, each value checked against the field's type."""
     settings_cls = cls.Settings
@@ -147,7 +173,7 @@ def make_settings(cls: type[Scheduler], args: Mapping[str, Any]) -> Any:
                 f"scheduler_args: {cls.__name__} has no setting {key!r}; "
                 f"its settings are {', '.join(fields) or 'none'}"
             )
-        values[key] = _coerce(key, value, hints[key])
+        values[key] = coerce_setting(key, value, hints[key])
     try:
         return settings_cls(**values)
     except (TypeError, ValueError) as exc:  # a __post_init__ check, a missing field
@@ -155,7 +181,10 @@ def make_settings(cls: type[Scheduler], args: Mapping[str, Any]) -> Any:
 
 
 def check_scheduler(name: str, args: Mapping[str, Any]) -> type[Scheduler]:
-    """Validate a config's scheduler and its arguments without building anything."""
+    """Validate a config's scheduler and its arguments without building anything (under
+    ``defer_user_schedulers``, a user's class is not imported: its form only is checked)."""
+    if _deferred(name):
+        return Scheduler
     entry = resolve_scheduler(name)
     if entry.cls in (SCHEDULERS[b].cls for b in BUILT_IN):
         if args:
@@ -171,6 +200,8 @@ def check_scheduler(name: str, args: Mapping[str, Any]) -> type[Scheduler]:
 def typed_scheduler_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """``args`` with each value as its setting's type ("true" -> True): what config.json
     records, so that analysis groups runs by values, not by how they were typed."""
+    if _deferred(name):
+        return dict(args)
     cls = resolve_scheduler(name).cls
     if cls.Settings is None or not args:
         return dict(args)
@@ -199,67 +230,102 @@ def _check_class(name: str, cls: object) -> None:
         raise ConfigError(f"scheduler: {cls.__name__}.Settings must be a dataclass")
 
 
+@dataclass(frozen=True)
+class SchedulerSource:
+    """The file a ``path/to/file.py:Class`` scheduler was loaded from: its resolved path and
+    the SHA-256 of the bytes that ran."""
+
+    path: str
+    sha256: str
+
+
+_LOADED_FILES: dict[str, SchedulerSource] = {}
+"""Resolved path -> the source its module (in sys.modules) was executed from."""
+
+
+def scheduler_source(name: str) -> SchedulerSource | None:
+    """What a ``file.py:Class`` scheduler name ran in this process (None for any other name,
+    or a file not loaded yet): the run records it beside its config."""
+    where = name.rpartition(":")[0] if isinstance(name, str) else ""
+    if not where.endswith(".py"):
+        return None
+    return _LOADED_FILES.get(str(Path(where).resolve()))
+
+
+def _module_name(resolved: Path, digest: str) -> str:
+    # Unique per file and content: two rule.py files in two folders, or an edited file,
+    # are two modules (a stem alone would hand the first one's class to both).
+    tag = hashlib.sha256(f"{resolved}\0{digest}".encode()).hexdigest()[:16]
+    stem = "".join(c if c.isalnum() else "_" for c in resolved.stem)
+    return f"hybrid_user_scheduler_{stem}_{tag}"
+
+
+def _load_file(name: str, where: str) -> types.ModuleType:
+    path = Path(where)
+    if not path.is_file():
+        raise ConfigError(f"scheduler: no file {where!r} (from {name!r})")
+    resolved = path.resolve()
+    try:
+        source = resolved.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"scheduler: cannot read {where!r} ({exc.strerror or exc})") from None
+    digest = hashlib.sha256(source).hexdigest()
+    module_name = _module_name(resolved, digest)
+    if module_name in sys.modules:  # this file, unchanged since it was loaded
+        _LOADED_FILES[str(resolved)] = SchedulerSource(str(resolved), digest)
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"scheduler: cannot load {where!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up while loading
+    try:
+        # the bytes hashed above, not a second read: what ran is what is recorded
+        exec(compile(source, str(resolved), "exec"), module.__dict__)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ConfigError(f"scheduler: loading {where!r} failed: {exc}") from None
+    _LOADED_FILES[str(resolved)] = SchedulerSource(str(resolved), digest)
+    return module
+
+
+_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "hybrid_defer_user_schedulers", default=False
+)
+
+
+@contextlib.contextmanager
+def defer_user_schedulers() -> Iterator[None]:
+    """Check scheduler names without importing them: a ``module:Class`` or ``file.py:Class``
+    is only checked for its form (and the file for existing) until this exits. A sweep's
+    ``--dry-run`` plans under it: it promises to run nothing, and importing runs code."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+def _deferred(name: str) -> bool:
+    """True (after checking the name's form) when ``name`` is a user's path to be loaded
+    later (see ``defer_user_schedulers``)."""
+    if not _DEFERRED.get() or name in SCHEDULERS or not isinstance(name, str) or ":" not in name:
+        return False
+    where, _, attribute = name.rpartition(":")
+    if not where or not attribute.isidentifier():
+        raise ConfigError(f"scheduler: {name!r} is not module:Class or path/to/file.py:Class")
+    if where.endswith(".py") and not Path(where).is_file():
+        raise ConfigError(f"scheduler: no file {where!r} (from {name!r})")
+    return True
+
+
 def _load_module(name: str, where: str) -> types.ModuleType:
     if where.endswith(".py"):
-        path = Path(where)
-        if not path.is_file():
-            raise ConfigError(f"scheduler: no file {where!r} (from {name!r})")
-        module_name = f"hybrid_user_scheduler_{path.stem}"
-        if module_name in sys.modules:
-            return sys.modules[module_name]
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(f"scheduler: cannot load {where!r}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # dataclasses look their module up while loading
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[module_name]
-            raise ConfigError(f"scheduler: loading {where!r} failed: {exc}") from None
-        return module
+        return _load_file(name, where)
     try:
         return importlib.import_module(where)
     except Exception as exc:  # not only ImportError: '' or '..' are ValueErrors
         raise ConfigError(f"scheduler: cannot import {where!r} for {name!r}: {exc}") from None
-
-
-def _coerce(key: str, value: Any, annotation: Any) -> Any:
-    """``value`` as the field's type: bool, int, float, str or None (also from CLI strings)."""
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    for kind in typing.get_args(annotation) if union else (annotation,):
-        converted = _as(kind, value)
-        if converted is not _NO:
-            return converted
-    kinds = typing.get_args(annotation) if union else (annotation,)
-    names = " or ".join(
-        "None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds
-    )
-    raise ConfigError(f"scheduler_args: {key}={value!r} is not a {names}")
-
-
-_NO = object()
-
-
-def _as(kind: Any, value: Any) -> Any:
-    """``value`` converted to ``kind``, or ``_NO``. A bool is no number here."""
-    if isinstance(value, str) and kind is not str:
-        text = value.strip().lower()
-        if kind is bool:
-            return {"true": True, "false": False}.get(text, _NO)
-        if kind is type(None):
-            return None if text in ("none", "null") else _NO
-        try:
-            return kind(text) if kind in (int, float) else _NO
-        except ValueError:
-            return _NO
-    if kind is bool or kind is str:
-        return value if isinstance(value, kind) else _NO
-    if kind is type(None):
-        return None if value is None else _NO
-    if kind in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
-        return kind(value) if kind is float or isinstance(value, int) else _NO
-    return _NO
 
 
 __all__ = [
@@ -267,20 +333,27 @@ __all__ = [
     "ActorLearner",
     "ActorLearnerSettings",
     "Async",
+    "AsyncSettings",
     "Bounded",
     "BoundedSettings",
     "FedAvg",
     "FedAvgSettings",
+    "Guarded",
     "ModelView",
     "Scheduler",
     "SchedulerEntry",
     "SchedulerSettings",
+    "SchedulerSource",
     "Sync",
+    "SyncSettings",
     "Verdict",
     "check_scheduler",
+    "defer_user_schedulers",
     "make_scheduler",
     "register_scheduler",
     "resolve_scheduler",
+    "scheduler_source",
     "short_name",
+    "task_kind_of",
     "typed_scheduler_args",
 ]

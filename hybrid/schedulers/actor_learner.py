@@ -9,32 +9,21 @@ itself is corrected by the learner's loss (V-trace) or its replay (Q-learning).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from hybrid.protocol import CollectExperience, Step, Update
-from hybrid.schedulers.base import Scheduler, Verdict
-
-
-@dataclass(frozen=True)
-class ActorLearnerSettings:
-    """The actor-learner's own settings (``--learner-batch``, ``--max-policy-lag``)."""
-
-    learner_batch: int = 8
-    max_policy_lag: int = 100
+from hybrid import CollectExperience, Scheduler, Step, Update, Verdict
+from hybrid.scheduler_settings import ActorLearnerSettings
 
 
 class ActorLearner(Scheduler):
+    Settings = ActorLearnerSettings
     task_kind = CollectExperience
     staleness_unit = "learner steps"
 
-    def __init__(self, workers: int, batch_size: int, max_policy_lag: int) -> None:
+    def __init__(self, workers: int, settings: ActorLearnerSettings | None = None) -> None:
         super().__init__(workers)
-        if batch_size < 1:
-            raise ValueError(f"learner_batch: {batch_size} must be >= 1")
-        if max_policy_lag < 0:
-            raise ValueError(f"max_policy_lag: {max_policy_lag} must be >= 0")
-        self.batch_size = batch_size
-        self.max_policy_lag = max_policy_lag
+        settings = settings or ActorLearnerSettings()
+        self.batch_size = settings.learner_batch
+        self.max_policy_lag = settings.max_policy_lag
 
     def ready(self, idle: Sequence[int], version: int) -> list[int]:
         return list(idle)

@@ -20,6 +20,8 @@ Writing your own (the contract; ``hybrid.register_scheduler`` or
   from ``hybrid.protocol``), whether every update is
   applied alone on arrival (``applies_alone``: then the processes runtime may let
   workers apply it themselves, Hogwild!) and the unit of staleness;
+- ``ready`` may hand a worker its own task settings, returning ``(id, {"steps": 20})``
+  instead of the id (per-client local steps or learning rate: FedNova's varying steps);
 - you may read the global parameters through ``self.model`` (``params``, ``version``;
   bound by the loop before the first ``ready``) and keep copies of them, and draw from
   ``self.rng`` (seeded from the run's seed, saved in checkpoints); you may not
@@ -30,7 +32,7 @@ Writing your own (the contract; ``hybrid.register_scheduler`` or
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -73,9 +75,12 @@ class Scheduler(ABC):
     steps, sending Δ) or ``CollectExperience`` (for a learner). The loop fills in the
     task's settings from the run's config."""
     staleness_unit: ClassVar[str] = "updates"
-    """What one unit of staleness τ is under this scheduler: one step applied to θ (an
-    update under async / bounded, a round's combined step under sync and fedavg, a learner
-    step under hybrid). summary.json reports it as ``staleness_unit``."""
+    """The name of one unit of staleness τ under this scheduler. A unit is always one step
+    applied to θ (one version); the name says what that step is made of: ``updates`` (one
+    worker's update applied alone: async, bounded), ``rounds`` (a round's updates combined:
+    sync, fedavg), ``server steps`` (a buffer of updates combined: FedBuff) or ``learner
+    steps`` (hybrid). summary.json reports it as ``staleness_unit``; docs/concepts.md
+    (Staleness units) is the table."""
     applies_alone: ClassVar[bool] = False
     """Every admitted update becomes a step of its own at the full learning rate, the moment
     it arrives. Then a worker may take that step itself on shared parameters (Hogwild!):
@@ -94,8 +99,15 @@ class Scheduler(ABC):
         self.rng = rng
 
     @abstractmethod
-    def ready(self, idle: Sequence[int], version: int) -> list[int]:
-        """Of the ``idle`` workers, those that start a task now from ``version``."""
+    def ready(
+        self, idle: Sequence[int], version: int
+    ) -> Sequence[int | tuple[int, Mapping[str, Any]]]:
+        """Of the ``idle`` workers, those that start a task now from ``version``.
+
+        A worker is named by its id, or by ``(id, settings)``: then its task runs with those
+        of the task's fields replaced (``{"steps": 20, "lr": 0.01}`` for ``TrainLocally``:
+        local steps and learning rate), as Flower's ``configure_fit`` configures each
+        client. The worker applies them; ``spans.jsonl`` records them as ``task``."""
 
     def admit(self, update: Update, staleness: int) -> Verdict:
         self.buffer.append((update, staleness))

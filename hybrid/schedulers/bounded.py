@@ -9,28 +9,22 @@ step is scaled by 1/τ (staleness-aware ASGD, Zhang et al. 2016).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from hybrid.protocol import Step, Update
-from hybrid.schedulers.base import Scheduler, Verdict
-
-
-@dataclass(frozen=True)
-class BoundedSettings:
-    """SSP's own settings (``--staleness-bound``, ``--staleness-aware-lr``)."""
-
-    staleness_bound: int = 4
-    staleness_aware_lr: bool = False
+from hybrid import ComputeGradient, Scheduler, Step, Update, Verdict
+from hybrid.scheduler_settings import BoundedSettings
 
 
 class Bounded(Scheduler):
-    def __init__(self, workers: int, bound: int, staleness_aware: bool = False) -> None:
+    Settings = BoundedSettings
+    task_kind = ComputeGradient
+    staleness_unit = "updates"
+
+    def __init__(self, workers: int, settings: BoundedSettings | None = None) -> None:
         super().__init__(workers)
-        if bound < 0:
-            raise ValueError(f"staleness_bound: {bound} must be >= 0")
-        self.bound = bound
-        self.staleness_aware = staleness_aware
+        settings = settings or BoundedSettings()
+        self.bound = settings.staleness_bound
+        self.staleness_aware = settings.staleness_aware_lr
         self.clocks = [0] * workers
 
     def ready(self, idle: Sequence[int], version: int) -> list[int]:

@@ -27,85 +27,39 @@ before a round would pass a target ε). With both off, a round is combined exact
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from hybrid.aggregation import AggregationSettings, aggregate
-from hybrid.clients import (
-    DP_NOISE_STREAM,
-    FEDERATED,
-    SAMPLING_STREAM,
-    clients_per_round,
-    make_profiles,
-    population,
-)
-from hybrid.privacy import DpFedAvg, PrivacySettings
-from hybrid.protocol import Payload, Step, TrainLocally, Update
-from hybrid.schedulers.base import Scheduler, Verdict
-from hybrid.seeding import int_seed, stream
-from hybrid.traces import Trace, load_trace
-
-if TYPE_CHECKING:
-    from hybrid.schedulers import SchedulerSettings
+from hybrid import Payload, Scheduler, Step, TrainLocally, Update, Verdict
+from hybrid.aggregation import aggregate
+from hybrid.clients import clients_per_round
+from hybrid.privacy import DpFedAvg
+from hybrid.scheduler_settings import FedAvgSettings
 
 MAX_EMPTY_ROUNDS = 10_000
 """Rounds in a row in which nobody took part (all unavailable or dropped out) before the
 scheduler gives up: only a near-certain dropout or near-zero availability gets there."""
 
 
-@dataclass(frozen=True)
-class FedAvgSettings:
-    """fedavg's own settings: the sampled fraction C, the round deadline, the server's
-    aggregation rule and DP-FedAvg."""
-
-    client_fraction: float = 0.1
-    round_deadline_s: float = 0.0
-    late_policy: str = "drop"
-    aggregation: AggregationSettings = field(default_factory=AggregationSettings)
-    privacy: PrivacySettings = field(default_factory=PrivacySettings)
-
-
 class FedAvg(Scheduler):
+    Settings = FedAvgSettings
     task_kind = TrainLocally
     staleness_unit = "rounds"
 
-    def __init__(
-        self,
-        clients: int,
-        fraction: float,
-        seed: int = 0,
-        *,
-        dropout: float | Sequence[float] = 0.0,
-        availability: float | Sequence[float] = 1.0,
-        deadline_s: float = 0.0,
-        late_policy: str = "drop",
-        aggregation: AggregationSettings | None = None,
-        privacy: PrivacySettings | None = None,
-        attackers: Sequence[int] = (),
-        trace: Trace | None = None,
-    ) -> None:
-        """``attackers``: the Byzantine clients' ids (their own attack is the pool's), counted
-        per round in the metrics."""
-        super().__init__(clients)
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"client_fraction: {fraction} is outside (0, 1]")
-        if late_policy not in ("drop", "admit"):
-            raise ValueError(f"late_policy: unknown {late_policy!r}; choose drop or admit")
-        if deadline_s < 0:
-            raise ValueError(f"round_deadline_s: {deadline_s} must be >= 0")
-        self.dropout = _per_client("client_dropout", dropout, clients)
-        self.availability = _per_client("client_availability", availability, clients)
-        if not ((self.dropout >= 0) & (self.dropout < 1)).all():
-            raise ValueError("client_dropout: every probability must be in [0, 1)")
-        if not ((self.availability > 0) & (self.availability <= 1)).all():
-            raise ValueError("client_availability: every probability must be in (0, 1]")
-        self.per_round = clients_per_round(fraction, clients)
-        self.deadline_s = deadline_s
-        self.late_policy = late_policy
-        self.rng = np.random.default_rng(stream(seed, FEDERATED, SAMPLING_STREAM))
+    def __init__(self, workers: int, settings: FedAvgSettings | None = None) -> None:
+        """``workers``: the K clients (or the workers, without edge clients). The round's
+        draws come from ``self.rng``, the run's seeded scheduler stream (``bind``)."""
+        super().__init__(workers)
+        settings = settings or FedAvgSettings()
+        self.dropout = _per_client("client_dropout", settings.client_dropout, workers)
+        self.availability = _per_client(
+            "client_availability", settings.client_availability, workers
+        )
+        self.per_round = clients_per_round(settings.client_fraction, workers)
+        self.deadline_s = settings.round_deadline_s
+        self.late_policy = settings.late_policy
 
         self.round_open = False
         self.pending: set[int] = set()
@@ -118,33 +72,12 @@ class FedAvg(Scheduler):
             0,
         )
         self.late_staleness = 0
-        self._init_hostile_rounds(clients, seed, aggregation, privacy, attackers)
-        self.trace = trace
+        self._init_hostile_rounds(workers, settings)
+        self.trace = settings.trace
         self.trace_wait_s = 0.0
         """Trace seconds spent waiting for a client to come online (not on the runtime's clock)."""
         self.trace_round_start_s = 0.0
         self.trace_left = 0
-
-    @classmethod
-    def from_settings(cls, settings: SchedulerSettings) -> FedAvg:
-        """The registry's builder: K clients, their profiles, ``FedAvgSettings``."""
-        own: FedAvgSettings = settings.args
-        profiles = make_profiles(settings.clients)
-        return cls(
-            population(settings.clients),
-            own.client_fraction,
-            settings.seed,
-            dropout=[p.dropout for p in profiles],
-            availability=[p.availability for p in profiles],
-            deadline_s=own.round_deadline_s,
-            late_policy=own.late_policy,
-            aggregation=own.aggregation,
-            privacy=own.privacy,
-            attackers=[p.client_id for p in profiles if p.attack],
-            trace=load_trace(settings.clients.client_trace, population(settings.clients))
-            if settings.clients.client_trace
-            else None,
-        )
 
     # -- the protocol ------------------------------------------------------------------------
 
@@ -232,8 +165,8 @@ class FedAvg(Scheduler):
         return row | self._hostile_metrics()
 
     def state_dict(self) -> dict[str, Any]:
+        # self.rng is not here: the loop saves it with every scheduler's
         return {
-            "rng": self.rng.bit_generator.state,
             "round_open": self.round_open,
             "pending": sorted(self.pending),
             "round_version": self.round_version,
@@ -249,7 +182,6 @@ class FedAvg(Scheduler):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
         self.round_open = bool(state["round_open"])
         self.pending = {int(w) for w in state["pending"]}
         self.round_version = int(state["round_version"])
@@ -292,29 +224,21 @@ class FedAvg(Scheduler):
 
     # -- hostile and private rounds: robust aggregation, Byzantine counts, DP-FedAvg ------------
 
-    def _init_hostile_rounds(
-        self,
-        clients: int,
-        seed: int,
-        aggregation: AggregationSettings | None,
-        privacy: PrivacySettings | None,
-        attackers: Sequence[int],
-    ) -> None:
-        self.aggregation = aggregation or AggregationSettings()
-        self.privacy = privacy or PrivacySettings()
+    def _init_hostile_rounds(self, clients: int, settings: FedAvgSettings) -> None:
+        self.aggregation = settings.aggregation
+        self.privacy = settings.privacy
         if self.privacy.enabled and not self.aggregation.is_plain_mean:
             raise ValueError("dp_clip: DP-FedAvg aggregates with the mean; leave aggregator mean")
         self.aggregation.check_clients(self.per_round)
         self.privacy.check_round(clients, self.per_round)
         self.attacker_mask = np.zeros(clients, dtype=bool)
-        self.attacker_mask[list(attackers)] = True
+        self.attacker_mask[list(settings.byzantine_clients)] = True
         self.byzantine_sampled = 0
         self.byzantine_received = 0
         self.dp: DpFedAvg | None = None
         if self.privacy.enabled:
-            generator = torch.Generator().manual_seed(
-                int_seed(stream(seed, FEDERATED, DP_NOISE_STREAM))
-            )
+            # its own stream, seeded by the assembly from the run's seed (hybrid.seeding)
+            generator = torch.Generator().manual_seed(settings.dp_noise_seed)
             self.dp = DpFedAvg(self.privacy, clients, self.per_round, generator)
         self.hostile_combine = self.dp is not None or not self.aggregation.is_plain_mean
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hybrid.protocol import Step, Update
-from hybrid.schedulers.base import Scheduler, Verdict
+from hybrid import ComputeGradient, Scheduler, Step, Update, Verdict
+from hybrid.scheduler_settings import SyncSettings
 
 
 class Sync(Scheduler):
+    Settings = SyncSettings
+    task_kind = ComputeGradient
     staleness_unit = "rounds"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, settings: SyncSettings | None = None) -> None:
         super().__init__(workers)
+        del settings  # none of its own
         self.round_open = False
         self.pending: set[int] = set()
         """Workers of the open round whose update has not arrived."""

@@ -1,0 +1,2 @@
+"""One module per published result; each defines ``ENTRY`` (modules starting with ``_``
+hold what several share)."""
