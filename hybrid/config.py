@@ -59,8 +59,9 @@ class TrainConfig:
     """Gymnasium environment id."""
     scheduler: str = "async"
     """Update scheduler: sync (A2C), async (A3C / Hogwild!), bounded (SSP), hybrid (IMPALA /
-    Ape-X actor-learner), fedavg (federated rounds); or your own: a name registered with
-    hybrid.register_scheduler, or module:Class / path/to/file.py:Class."""
+    Ape-X actor-learner), fedavg (federated rounds); decentralized, with replicas and
+    --scheduler-arg settings: gossip (D-PSGD), ad-psgd, sgp (push-sum); or your own: a name
+    registered with hybrid.register_scheduler, or module:Class / path/to/file.py:Class."""
     scheduler_args: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
     """Your scheduler's own hyperparameters (the fields of its Settings dataclass), e.g.
     --scheduler-arg lam=0.04 (repeatable); built-in schedulers take theirs as flags."""
@@ -1153,9 +1154,8 @@ def flag_context(cfg: TrainConfig) -> FlagContext:
     trains_locally = False
     if not built_in:
         from hybrid.protocol import TrainLocally
-        from hybrid.schedulers import task_kind_of
 
-        kind = task_kind_of(cfg.scheduler)
+        kind = registry.loaded_task_kind(cfg.scheduler)
         # not loaded (a sweep's dry run imports no scheduler): its flags may apply
         trains_locally = kind is None or kind is TrainLocally
     return FlagContext(

@@ -113,6 +113,12 @@ def scheduler_task_kind(name: str) -> type:
     return resolve("hybrid.schedulers:resolve_scheduler")(name).cls.task_kind
 
 
+def loaded_task_kind(name: str) -> type | None:
+    """The ``task_kind`` of scheduler ``name``, or None where it is not known without
+    importing a file (a sweep's dry run) or ``name`` is no scheduler (validation says why)."""
+    return resolve("hybrid.schedulers:task_kind_of")(name)
+
+
 def env_spaces(env_id: str, cfg: TrainConfig | None) -> tuple[bool, bool]:
     """(image observations, continuous actions) of ``env_id`` under ``cfg``'s wrappers, from
     one probe of the env; the env settings are the assembly's, imported here on use only."""
@@ -140,5 +146,6 @@ __all__ = [
     "Registry",
     "check_user_scheduler",
     "env_spaces",
+    "loaded_task_kind",
     "scheduler_task_kind",
 ]

@@ -52,7 +52,13 @@ from hybrid.evaluation import Evaluator
 from hybrid.nets import FlatParams
 from hybrid.protocol import CollectExperience, Task
 from hybrid.runtimes import Runtime, make_runtime, workers_write_params
-from hybrid.schedulers import make_scheduler, scheduler_source, short_name, typed_scheduler_args
+from hybrid.schedulers import (
+    ReplicaScheduler,
+    make_scheduler,
+    scheduler_source,
+    short_name,
+    typed_scheduler_args,
+)
 from hybrid.seeding import MODEL_INIT, SCHEDULER, int_seed, stream
 from hybrid.tracking import (
     CallbackLike,
@@ -524,7 +530,10 @@ def _train(
             global_model,
             scheduler.applies_alone,
             worker_pool(cfg, info),
+            replicas=isinstance(scheduler, ReplicaScheduler),
         )
+        if isinstance(scheduler, ReplicaScheduler) and cfg.progress:
+            print(scheduler.describe())  # the graph's spectral gap, before any row
         evaluator = Evaluator(eval_settings(cfg), info, obs_stats=global_model.obs_stats)
         if plan is None:
             write_json_atomic(run_dir / "config.json", cfg.to_dict())

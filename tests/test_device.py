@@ -26,16 +26,34 @@ NO_CUDA = pytest.mark.skipif(
 
 # final_params_sha256 of these runs on main before --device existed (commit b678f3a).
 # async_a2c's first round computes the workers' gradients together (run_group); when that
-# batched computation changed (vmap -> stacked parameter copies) its rounding
-# changed, and the hash was taken again with --device unset.
+# batched computation changed (vmap -> stacked parameter copies) its rounding changed, and
+# the hash was taken again with --device unset.
+#
+# The bits depend on the CPU's float kernels as well as on the code: the same commit, torch
+# 2.13.0+cpu and packages gives the first hash of each case on the machine the pins were
+# taken on and the second on an AVX-512 Xeon (the CI machine since December 2026; main at
+# 9de93c5, before any change here, gives it). Either is the pre-device result on its CPU;
+# anything else is a change in what the device path computes.
 BEFORE_DEVICES = {
-    "async_a2c": ("c328319f7908a6cbf4367ab43faed50707fb16700df093970765ea17297a3358", {}),
+    "async_a2c": (
+        (
+            "c328319f7908a6cbf4367ab43faed50707fb16700df093970765ea17297a3358",
+            "caf0323b03ae6190961adcf4758d6de16847a1d8738419b654b8c0a7cc07a809",
+        ),
+        {},
+    ),
     "hybrid_vtrace": (
-        "026b5dfbd66a683399e13c5eefde4ba24c613eed77ab625386f4ca3070205a9a",
+        (
+            "026b5dfbd66a683399e13c5eefde4ba24c613eed77ab625386f4ca3070205a9a",
+            "b2c2ba837489437e46d872de707956e914c80c5df5dd057de6a8397cfa507063",
+        ),
         {"scheduler": "hybrid", "algo": "a2c", "learner_batch": 2},
     ),
     "hybrid_apex": (
-        "14abff3c2b53d211b86a81abb4ab5a315efcd22944f85d6383d3308c12c58934",
+        (
+            "14abff3c2b53d211b86a81abb4ab5a315efcd22944f85d6383d3308c12c58934",
+            "761d0c9c602c27a57a848aa122bfdc5fb8e4180f89e898ccb2299c428e07511c",
+        ),
         {
             "scheduler": "hybrid",
             "algo": "nstep_q",
@@ -45,7 +63,10 @@ BEFORE_DEVICES = {
         },
     ),
     "hybrid_ppo": (
-        "8f0649d86889db93363347582eb7bbf146bf5eae087d921b8c7ee80ab67617a4",
+        (
+            "8f0649d86889db93363347582eb7bbf146bf5eae087d921b8c7ee80ab67617a4",
+            "186442b1006355d95be67dd598a744c310f570d5c665124595446d26a5991356",
+        ),
         {"scheduler": "hybrid", "algo": "ppo", "learner_batch": 2},
     ),
 }
@@ -67,7 +88,7 @@ def test_device_cpu_computes_what_it_did_before_devices(device_config, case):
     """V-trace, Ape-X and PPO learners (and a plain async run) through the device path."""
     expected, changes = BEFORE_DEVICES[case]
     result = hybrid.train(device_config(case, device="cpu", **changes))
-    assert result.summary["final_params_sha256"] == expected
+    assert result.summary["final_params_sha256"] in expected
 
 
 @NO_CUDA
@@ -76,7 +97,7 @@ def test_device_auto_is_cpu_without_a_gpu(device_config, case):
     assert resolve_device("auto") == torch.device("cpu")
     expected, changes = BEFORE_DEVICES[case]
     result = hybrid.train(device_config(case, **changes))  # auto, the default
-    assert result.summary["final_params_sha256"] == expected
+    assert result.summary["final_params_sha256"] in expected
 
 
 @NO_CUDA

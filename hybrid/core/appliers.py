@@ -1,11 +1,14 @@
 """Who writes θ: the loop's server (``ServerApplies``) or the workers themselves
 (``WorkersApply``, Hogwild!). The runtime picks one; the loop takes its snapshots and
-applies its steps through it, so ``GlobalModel`` has one behaviour whoever writes.
+applies its steps through it, so ``GlobalModel`` has one behaviour whoever writes. A
+decentralized scheduler's run keeps one replica per worker instead
+(``hybrid.replicas.ReplicaApplier``).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -18,12 +21,46 @@ class Applier(Protocol):
         """What a dispatched task starts from."""
         ...
 
+    def snapshots(
+        self, model: GlobalModel, task: Task, progress: float, worker_ids: Sequence[int]
+    ) -> list[tuple[list[int], Snapshot]]:
+        """What the tasks of ``worker_ids`` start from, grouped by shared snapshot."""
+        ...
+
     def apply(self, model: GlobalModel, step: Step, progress: float) -> float:
         """Account for one step of the loop; returns the direction's pre-clip norm."""
         ...
 
+    def metrics(self) -> dict[str, float]:
+        """Counters for the training rows and the summary."""
+        ...
 
-class ServerApplies:
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class _OneModel:
+    """What both one-θ appliers share: every task starts from one snapshot; no state."""
+
+    def snapshot(self, model: GlobalModel, task: Task, progress: float) -> Snapshot:
+        raise NotImplementedError
+
+    def snapshots(
+        self, model: GlobalModel, task: Task, progress: float, worker_ids: Sequence[int]
+    ) -> list[tuple[list[int], Snapshot]]:
+        return [(list(worker_ids), self.snapshot(model, task, progress))]
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
+
+class ServerApplies(_OneModel):
     """The main process is the one writer: each step goes through the server optimizer, and
     a snapshot is a copy (a task reads it later, after other steps may have changed θ)."""
 
@@ -34,7 +71,7 @@ class ServerApplies:
         return model.apply(step, progress)
 
 
-class WorkersApply:
+class WorkersApply(_OneModel):
     """Hogwild!: every worker has already stepped the shared θ (with the shared optimizer
     statistics) by the time the loop sees its update, so the loop only counts the version.
 

@@ -85,6 +85,17 @@ class GlobalModel:
         # updates, delivered in every snapshot, used by evaluation, saved in checkpoints.
         self.obs_stats = GlobalObsStats(obs_norm_dim) if obs_norm_dim else None
         self.optimizer_name, self.momentum, self.adam_eps = optimizer, momentum, adam_eps
+        self._step_settings = {
+            "optimizer": optimizer,
+            "lr": lr,
+            "max_grad_norm": max_grad_norm,
+            "lr_schedule": lr_schedule,
+            "adam_eps": adam_eps,
+            "rmsprop_alpha": rmsprop_alpha,
+            "momentum": momentum,
+            "server_beta1": server_beta1,
+            "server_beta2": server_beta2,
+        }
         self.shared: dict[str, torch.Tensor] | None = None
         """θ and the optimizer statistics, once moved into shared memory (``share_memory``)."""
 
@@ -142,6 +153,14 @@ class GlobalModel:
             self.param.grad = None
         self.count_version()
         return norm
+
+    def replica(self, params: torch.Tensor) -> GlobalModel:
+        """A model with this one's optimizer, schedule and clip that steps ``params`` in place
+        (a row of a decentralized run's replicas, ``hybrid.replicas``), with an optimizer
+        state of its own; target network and observation statistics stay with this model."""
+        twin = GlobalModel(params, device=self.device, **self._step_settings)
+        twin.param.data = params  # the row itself, not the copy __init__ made
+        return twin
 
     def count_version(self) -> None:
         """One more step is in θ (taken here, or by a Hogwild! worker); refreshes the target

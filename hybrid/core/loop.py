@@ -29,8 +29,9 @@ from hybrid.core.scheduler_checks import check_ready, check_verdict
 from hybrid.errors import ConfigError
 from hybrid.evaluation import Evaluator
 from hybrid.protocol import Payload, Snapshot, Task, Update
+from hybrid.replicas import ReplicaApplier
 from hybrid.runtimes import Runtime
-from hybrid.schedulers import Scheduler, Verdict
+from hybrid.schedulers import Guarded, ReplicaScheduler, Scheduler, Verdict
 from hybrid.tracking import Tracker
 
 
@@ -210,8 +211,13 @@ class Training:
         self.scheduler = scheduler
         self.learner = learner
         self.runtime = runtime
-        # Who writes θ is the runtime's choice (Hogwild!: its workers).
-        self.applier: Applier = runtime.applier
+        # Who writes θ is the runtime's choice (Hogwild!: its workers); a decentralized
+        # scheduler's workers each step a replica of their own.
+        self.applier: Applier = (
+            ReplicaApplier(global_model, scheduler.workers)
+            if isinstance(scheduler, ReplicaScheduler)
+            else runtime.applier
+        )
         self.evaluator = evaluator
         self.tracker = tracker
         self.threshold = threshold
@@ -277,16 +283,21 @@ class Training:
             if not starting and scheduler.finished():
                 break  # it starts no more tasks, e.g. its privacy budget is spent
             if starting:
-                # shared by all tasks started together
-                snapshot = self.applier.snapshot(
-                    global_model, self.task, stats.env_steps / settings.total_env_steps
-                )
-                for worker_ids, group_snapshot in self.task_groups(starting, snapshot):
-                    if len(worker_ids) > 1:  # tasks on one snapshot may batch
-                        runtime.dispatch_group(worker_ids, group_snapshot)
-                    else:
-                        runtime.dispatch(worker_ids[0], group_snapshot)
-                stats.bytes_down += len(starting) * snapshot.params.numel() * 4
+                progress = stats.env_steps / settings.total_env_steps
+                # a worker is named by its id, or as (id, its task settings)
+                entries = {(e[0] if isinstance(e, tuple) else e): e for e in starting}
+                # one snapshot for all tasks started together (one per replica when the
+                # workers train replicas), then grouped by the task settings ready() chose
+                for ids, snapshot in self.applier.snapshots(
+                    global_model, self.task, progress, list(entries)
+                ):
+                    group = [entries[w] for w in ids]
+                    for worker_ids, group_snapshot in self.task_groups(group, snapshot):
+                        if len(worker_ids) > 1:  # tasks on one snapshot may batch
+                            runtime.dispatch_group(worker_ids, group_snapshot)
+                        else:
+                            runtime.dispatch(worker_ids[0], group_snapshot)
+                    stats.bytes_down += len(ids) * snapshot.params.numel() * 4
             update = runtime.next_update()
             if st.task_settings:
                 update.task_settings = st.task_settings.pop(update.worker_id, None)
@@ -327,6 +338,7 @@ class Training:
                     | self.learner.metrics()
                     | runtime.metrics()
                     | scheduler.metrics()
+                    | self.applier.metrics()
                 )
                 train_row["perf/env_steps_per_s"] = stats.env_steps / max(train_row["wall_s"], 1e-9)
                 self.tracker.log(train_row, {"sched/staleness": staleness_window})
@@ -372,6 +384,11 @@ class Training:
                 self.state.task_settings.pop(int(worker_id), None)
         return list(groups.values())
 
+    def scheduler_name(self) -> str:
+        """The scheduler's class name (a user's scheduler runs wrapped in a guard)."""
+        scheduler = self.scheduler
+        return type(scheduler.inner if isinstance(scheduler, Guarded) else scheduler).__name__
+
     def _task_with(self, task: Task, task_settings: Mapping[str, Any]) -> Task:
         """``task`` with ``task_settings`` in place of its fields; a setting the task does not
         have, or of another type, is the scheduler's mistake: said in one line."""
@@ -379,7 +396,7 @@ class Training:
         for name, value in task_settings.items():
             if name not in fields:
                 raise ValueError(
-                    f"{type(self.scheduler).__name__}.ready: {type(task).__name__} has no "
+                    f"{self.scheduler_name()}.ready: {type(task).__name__} has no "
                     f"setting {name!r}; its settings are {', '.join(fields)}"
                 )
             default = getattr(task, name)
@@ -388,7 +405,7 @@ class Training:
                 value, allowed
             ):
                 raise ValueError(
-                    f"{type(self.scheduler).__name__}.ready: {name}={value!r} is not a "
+                    f"{self.scheduler_name()}.ready: {name}={value!r} is not a "
                     f"{type(default).__name__}"
                 )
         return dataclasses.replace(task, **task_settings) if task_settings else task
@@ -444,11 +461,27 @@ class Training:
             **self.runtime.summary_fields(),
             "final_params_sha256": global_model.sha256(),
             **{
-                name.removeprefix("sched/"): value
-                for name, value in self.scheduler.metrics().items()
+                name.removeprefix("sched/").removeprefix("decentral/"): value
+                for name, value in (self.scheduler.metrics() | self.applier.metrics()).items()
             },
+            "evaluated_model": "mean of the replicas"
+            if isinstance(self.scheduler, ReplicaScheduler)
+            else "global",
             **self.evaluator.final_metrics(global_model.params),  # e.g. per-client fairness
+            **self._replica_summary(),
         }
+
+    def _replica_summary(self) -> dict[str, Any]:
+        """A decentralized run's who-sent-to-whom counts, and each replica's mean evaluation
+        return when its scheduler asks."""
+        scheduler, applier = self.scheduler, self.applier
+        if not isinstance(scheduler, ReplicaScheduler) or not isinstance(applier, ReplicaApplier):
+            return {}
+        summary: dict[str, Any] = {"messages_sent": applier.messages.tolist()}
+        if scheduler.evaluate_replicas:
+            returns = [self.evaluator.evaluate(row) for row in applier.replica_params()]
+            summary["replica_eval_returns"] = [float(r.mean()) for r in returns]
+        return summary
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -464,6 +497,7 @@ class Training:
             "scheduler_buffer": [(update_to_state(u), s) for u, s in self.scheduler.buffer],
             "learner": self.learner.state_dict(with_replay=self.settings.checkpoint_replay),
             "runtime": self.runtime.state_dict(),
+            "applier": self.applier.state_dict(),
             "loop": self._loop_state(),
             "logs": self.tracker.offsets(),
         }
@@ -537,6 +571,7 @@ class Training:
             self.scheduler.rng.bit_generator.state = state["scheduler_rng"]
         self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
         self.learner.load_state_dict(state["learner"])
+        self.applier.load_state_dict(state.get("applier", {}))
         loop = dict(state["loop"])
         stats = RunStats(**loop.pop("stats"))
         stats.rejected = Counter(stats.rejected)

@@ -109,7 +109,9 @@ def _serial(
     model: GlobalModel,
     applies_alone: bool,
     pool: WorkerPool,
+    replicas: bool = False,
 ) -> Runtime:
+    del replicas  # the serial runtime starts each task from the snapshot it is handed
     from hybrid.cluster_profile import ClusterProfile, is_profile_path
     from hybrid.runtimes.serial import SerialRuntime
 
@@ -130,11 +132,14 @@ def _processes(
     model: GlobalModel,
     applies_alone: bool,
     pool: WorkerPool,
+    replicas: bool = False,
 ) -> Runtime:
     from hybrid.runtimes.processes import ProcessRuntime
 
-    hogwild = workers_write_params(settings, applies_alone, pool.persistent)
-    return ProcessRuntime(settings, info, model if hogwild else None, pool)
+    # a decentralized run (replicas) starts each task from its own worker's replica, and
+    # no worker writes the one θ
+    hogwild = not replicas and workers_write_params(settings, applies_alone, pool.persistent)
+    return ProcessRuntime(settings, info, model if hogwild else None, pool, replicas)
 
 
 def _ray(
@@ -143,6 +148,7 @@ def _ray(
     model: GlobalModel,
     applies_alone: bool,
     pool: WorkerPool,
+    replicas: bool = False,
 ) -> Runtime:
     try:
         from hybrid.runtimes.ray import RayRuntime
@@ -154,13 +160,15 @@ def _ray(
         raise ConfigError(
             f"runtime: 'ray' needs Ray ({exc}); install it with pip install 'hybrid-rl[ray]'"
         ) from None
-    return RayRuntime(settings, info, pool)
+    # a decentralized run: every task starts from its own worker's replica
+    return RayRuntime(settings, info, pool, replicas)
 
 
 RuntimeBuilder = Callable[
-    ["RuntimeSettings", "EnvInfo", "GlobalModel", bool, "WorkerPool"], Runtime
+    ["RuntimeSettings", "EnvInfo", "GlobalModel", bool, "WorkerPool", bool], Runtime
 ]
-"""(settings, env, global model, whether the scheduler's updates apply alone, pool)."""
+"""(settings, env, global model, whether the scheduler's updates apply alone, pool, whether
+each worker trains a replica of its own: a decentralized run)."""
 RUNTIMES: dict[str, RuntimeBuilder] = {
     "serial": _serial,
     "processes": _processes,
@@ -174,11 +182,13 @@ def make_runtime(
     model: GlobalModel,
     applies_alone: bool,
     pool: WorkerPool,
+    replicas: bool = False,
 ) -> Runtime:
     """The runtime ``settings.runtime`` names, running ``pool``'s workers. It takes over
     ``model``'s storage (shared memory) where its workers write θ
-    (``workers_write_params``): only when the scheduler's updates apply alone."""
-    return RUNTIMES[settings.runtime](settings, info, model, applies_alone, pool)
+    (``workers_write_params``): only when the scheduler's updates apply alone. ``replicas``:
+    each task starts from its own worker's replica (decentralized schedulers)."""
+    return RUNTIMES[settings.runtime](settings, info, model, applies_alone, pool, replicas)
 
 
 __all__ = [

@@ -162,6 +162,10 @@ STOP_GRACE_S = 2.0
 # --- the worker process ----------------------------------------------------------------------
 
 
+OWN_REPLICA, OWN_REPLICA_VERSION = "own_replica", "own_replica_version"
+"""Extras keys of a task that starts from parameters of its own (``per_worker_snapshots``)."""
+
+
 def read_params(
     theta: torch.Tensor, meta: np.ndarray, consistent: bool, out: torch.Tensor
 ) -> tuple[int, bool]:
@@ -239,14 +243,18 @@ def _worker_main(
             # ("task", task, extras, progress[, client]): no client for the own worker
             _, task, extras, progress = message[:4]
             client_id = message[4] if len(message) > 4 else None
-            if hogwild is not None:  # an unguarded copy of θ while other workers write it
+            extras = unpack(extras or {})
+            if OWN_REPLICA in extras:  # decentralized: this worker's replica, in the message
+                local.copy_(extras.pop(OWN_REPLICA))
+                version, torn = int(extras.pop(OWN_REPLICA_VERSION)), False
+            elif hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
                 # counted before the copy: an apply landing during it counts as stale
                 read_at = int(applied_np.sum())
                 local.copy_(theta)
             else:
                 version, torn = read_params(theta, meta_np, consistent, local)
-            snapshot = Snapshot(local, version, extras=unpack(extras or {}), task=task)
+            snapshot = Snapshot(local, version, extras=extras, task=task)
             if worker is not None:
                 update = worker.run_task(snapshot)
             else:  # an edge client's task: built here, from its id, and released
@@ -336,11 +344,15 @@ class ProcessRuntime(Supervisor):
         info: EnvInfo,
         hogwild: GlobalModel | None,
         pool: WorkerPool,
+        per_worker_snapshots: bool = False,
     ) -> None:
         """``hogwild``: the global model whose θ and optimizer statistics the workers step
         themselves (moved into shared memory here); None: the main process applies.
         ``pool``: who the workers are (``make_pool``); with edge clients, K clients
-        share the ``workers`` processes."""
+        share the ``workers`` processes. ``per_worker_snapshots``: every task starts from
+        parameters of its own (a decentralized run's replicas), sent with the task instead
+        of published once per version."""
+        self.per_worker_snapshots = per_worker_snapshots
         warn_if_oversubscribed(settings.workers, "processes")
         super().__init__(settings, pool, time.monotonic)
         self.info = info
@@ -445,6 +457,12 @@ class ProcessRuntime(Supervisor):
     # -- the backend: spawn, send, poll --
 
     def _prepare(self, snapshot: Snapshot) -> tuple[Task, Any, float]:
+        if self.per_worker_snapshots:  # one replica per task: it travels with the task
+            own = {
+                OWN_REPLICA: snapshot.params,
+                OWN_REPLICA_VERSION: torch.tensor(snapshot.version),
+            }
+            return (snapshot.task, pack(snapshot.extras | own), snapshot.progress)
         self._publish(snapshot)  # θ goes through shared memory, the rest through the pipe
         extras = pack(snapshot.extras) if snapshot.extras else None
         return (snapshot.task, extras, snapshot.progress)

@@ -633,9 +633,18 @@ class _Actor(Executor):
 class RayRuntime(Supervisor):
     """Workers as Ray actors; real wall-clock time; earliest completion first."""
 
-    def __init__(self, settings: RuntimeSettings, info: EnvInfo, pool: WorkerPool) -> None:
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        info: EnvInfo,
+        pool: WorkerPool,
+        per_worker_snapshots: bool = False,
+    ) -> None:
         """``pool``: who the workers are (``make_pool``); with edge clients, K
-        clients share ``workers`` actors."""
+        clients share ``workers`` actors. ``per_worker_snapshots``: every task starts from
+        parameters of its own (a decentralized run's replicas), so no task message is
+        reused for the next task of the same version."""
+        self.per_worker_snapshots = per_worker_snapshots
         if not settings.ray_address:
             warn_if_oversubscribed(settings.workers, "ray")
         super().__init__(settings, pool, time.time)
@@ -699,7 +708,11 @@ class RayRuntime(Supervisor):
     # -- the backend: spawn, send, poll --
 
     def _prepare(self, snapshot: Snapshot) -> _Task:
-        if self._latest is None or self._latest.version != snapshot.version:
+        if (
+            self._latest is None
+            or self._latest.version != snapshot.version
+            or self.per_worker_snapshots
+        ):
             extras = pack(snapshot.extras) if snapshot.extras else None
             fields = (snapshot.params.numpy(), snapshot.version, snapshot.task, extras)
             self._latest = _Task(snapshot.version, fields)

@@ -43,11 +43,15 @@ from hybrid.scheduler_settings import (
     coerce_setting,
 )
 from hybrid.schedulers.actor_learner import ActorLearner
+from hybrid.schedulers.ad_psgd import AdPsgd, AdPsgdSettings
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
 from hybrid.schedulers.bounded import Bounded
+from hybrid.schedulers.decentralized import MixingStep, ReplicaScheduler
 from hybrid.schedulers.fedavg import FedAvg
+from hybrid.schedulers.gossip import Gossip, GossipSettings
 from hybrid.schedulers.guard import Guarded, construct
+from hybrid.schedulers.sgp import Sgp, SgpSettings
 from hybrid.schedulers.synchronous import Sync
 
 
@@ -103,6 +107,11 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     "fedavg": _user_entry(FedAvg, guarded=False),
 }
 BUILT_IN = frozenset(SCHEDULERS)
+"""The built-in schedulers whose settings are TrainConfig fields."""
+DECENTRALIZED: dict[str, type[Scheduler]] = {"gossip": Gossip, "ad-psgd": AdPsgd, "sgp": Sgp}
+"""Built-in decentralized schedulers (replicas, no global model); written like a user's
+scheduler, their settings come from scheduler_args (``--scheduler-arg topology=torus``)."""
+SCHEDULERS.update({name: _user_entry(cls, guarded=False) for name, cls in DECENTRALIZED.items()})
 
 
 def register_scheduler(name: str, cls: type[Scheduler]) -> None:
@@ -114,7 +123,7 @@ def register_scheduler(name: str, cls: type[Scheduler]) -> None:
     """
     if not isinstance(name, str) or not name or ":" in name:
         raise ConfigError(f"scheduler: {name!r} is not a usable name (a non-empty string, no ':')")
-    if name in BUILT_IN:
+    if name in BUILT_IN or name in DECENTRALIZED:
         raise ConfigError(f"scheduler: {name!r} is a built-in scheduler; choose another name")
     _check_class(name, cls)
     SCHEDULERS[name] = _user_entry(cls)
@@ -329,21 +338,30 @@ def _load_module(name: str, where: str) -> types.ModuleType:
 
 
 __all__ = [
+    "DECENTRALIZED",
     "SCHEDULERS",
     "ActorLearner",
     "ActorLearnerSettings",
+    "AdPsgd",
+    "AdPsgdSettings",
     "Async",
     "AsyncSettings",
     "Bounded",
     "BoundedSettings",
     "FedAvg",
     "FedAvgSettings",
+    "Gossip",
+    "GossipSettings",
     "Guarded",
+    "MixingStep",
     "ModelView",
+    "ReplicaScheduler",
     "Scheduler",
     "SchedulerEntry",
     "SchedulerSettings",
     "SchedulerSource",
+    "Sgp",
+    "SgpSettings",
     "Sync",
     "SyncSettings",
     "Verdict",

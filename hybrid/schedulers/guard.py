@@ -113,7 +113,7 @@ class Guarded(Scheduler):
         except Exception as exc:
             raise ConfigError(f"scheduler {self.name}: bind() {_raised(exc)}") from None
 
-    def ready(self, idle: Sequence[int], version: int) -> list[int]:
+    def ready(self, idle: Sequence[int], version: int) -> list[Any]:
         chosen = self._call("ready", idle, version)
         allowed = set(idle)
         if isinstance(chosen, np.ndarray) and chosen.dtype.kind in "iu" and chosen.ndim == 1:
@@ -123,7 +123,10 @@ class Guarded(Scheduler):
                 "ready()", f"returned {shown(chosen)}; expected a list of idle worker ids"
             )
         ids: list[int] = []
-        for worker in chosen:
+        for entry in chosen:
+            # a worker may be named with its own task settings: (worker id, {"steps": 20})
+            named = isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], dict)
+            worker = entry[0] if named else entry
             if isinstance(worker, bool) or not isinstance(worker, int | np.integer):
                 raise self.fault("ready()", f"returned {shown(chosen)}: {shown(worker)} is no id")
             if int(worker) not in allowed or int(worker) in ids:
@@ -134,7 +137,10 @@ class Guarded(Scheduler):
                     f"(the idle workers were {shown(sorted(allowed))})",
                 )
             ids.append(int(worker))
-        return ids
+        # ids as ints (numpy's too); a worker named with settings keeps them
+        return [
+            (int(e[0]), e[1]) if isinstance(e, tuple) and len(e) == 2 else int(e) for e in chosen
+        ]
 
     def admit(self, update: Update, staleness: int) -> Verdict:
         return self._verdict("admit()", self._call("admit", update, staleness))
