@@ -12,12 +12,21 @@ the parallel runtimes send them, not the config, to their worker processes and a
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
+from hybrid.aggregation import AggregationSettings
 from hybrid.algorithms import ALGORITHMS, A2CSettings, AlgoSettings, NetSettings, NStepQSettings
 from hybrid.algorithms.ppo import PPOSettings, resolve_advantage_norm
 from hybrid.atari import AtariSettings
-from hybrid.clients import ClientSettings
+from hybrid.clients import (
+    DP_NOISE_STREAM,
+    ENV_ATTACKS,
+    FEDERATED,
+    ClientSettings,
+    make_profiles,
+    population,
+)
 from hybrid.cluster_profile import is_profile_path, profile_in_effect
 from hybrid.codecs import Codec, make_codec
 from hybrid.core.global_model import GlobalModel, ServerSettings, build_global_model
@@ -27,11 +36,14 @@ from hybrid.envs import EnvInfo, EnvSettings, env_family
 from hybrid.evaluation import EvalSettings, Evaluator
 from hybrid.normalization import GlobalObsStats, NormalizationSettings
 from hybrid.plugins import final_evaluations
+from hybrid.privacy import PrivacySettings
 from hybrid.protocol import Task, TrainLocally
 from hybrid.runtimes.pool import WorkerPool, make_pool
 from hybrid.runtimes.settings import ClockSettings, RuntimeSettings
-from hybrid.scheduler_settings import BUILT_IN_SETTINGS, settings_from_fields
+from hybrid.scheduler_settings import BUILT_IN_SETTINGS, FedAvgSettings, settings_from_fields
 from hybrid.schedulers import SchedulerSettings
+from hybrid.seeding import int_seed, stream
+from hybrid.traces import load_trace
 from hybrid.tracking import TrackingSettings
 
 if TYPE_CHECKING:
@@ -122,6 +134,10 @@ def client_settings(cfg: TrainConfig) -> ClientSettings:
         client_link_sigma=cfg.client_link_sigma,
         client_dropout=cfg.client_dropout,
         client_availability=cfg.client_availability,
+        byzantine_fraction=cfg.byzantine_fraction,
+        byzantine_attack=cfg.byzantine_attack,
+        byzantine_scale=cfg.byzantine_scale,
+        client_trace=cfg.client_trace,
         step_cost_s=cfg.step_cost_s,
         task_overhead_s=cfg.task_overhead_s,
         jitter_sigma=cfg.jitter_sigma,
@@ -132,6 +148,11 @@ def normalization_settings(cfg: TrainConfig) -> NormalizationSettings:
     return NormalizationSettings(
         cfg.normalize_obs, cfg.normalize_reward, cfg.obs_clip, cfg.reward_clip, cfg.gamma
     )
+
+
+def _client_envs_differ(cfg: TrainConfig) -> bool:
+    env_attack = cfg.byzantine_fraction > 0 and cfg.byzantine_attack in ENV_ATTACKS
+    return cfg.client_dynamics != "iid" or env_attack
 
 
 def worker_settings(cfg: TrainConfig) -> WorkerSettings:
@@ -146,7 +167,8 @@ def worker_settings(cfg: TrainConfig) -> WorkerSettings:
         codec=cfg.codec,
         topk_ratio=cfg.topk_ratio,
         error_feedback=cfg.error_feedback,
-        clients=client_settings(cfg) if cfg.client_dynamics != "iid" else None,
+        # set when a worker's env differs by client: its variant, or a Byzantine env attack
+        clients=client_settings(cfg) if _client_envs_differ(cfg) else None,
         local_max_grad_norm=cfg.max_grad_norm,
         local_rmsprop_alpha=cfg.rmsprop_alpha,
     )
@@ -215,9 +237,49 @@ def runtime_settings(cfg: TrainConfig) -> RuntimeSettings:
 def _scheduler_args(cfg: TrainConfig) -> object:
     # A built-in's Settings from its own flat fields (checked there: a ConfigError naming
     # the field); a user scheduler's --scheduler-arg values.
+    if cfg.scheduler == "fedavg":
+        return fedavg_settings(cfg)
     if cfg.scheduler in BUILT_IN_SETTINGS:
         return settings_from_fields(cfg.scheduler, vars(cfg))
     return dict(cfg.scheduler_args)
+
+
+def aggregation_settings(cfg: TrainConfig) -> AggregationSettings:
+    return AggregationSettings(
+        cfg.aggregator, cfg.trim_beta, cfg.krum_f, cfg.krum_m, cfg.norm_bound
+    )
+
+
+def privacy_settings(cfg: TrainConfig) -> PrivacySettings:
+    return PrivacySettings(
+        clip=cfg.dp_clip,
+        noise_multiplier=cfg.dp_noise_multiplier,
+        sampling=cfg.dp_sampling,
+        delta=cfg.dp_delta,
+        target_epsilon=cfg.dp_target_epsilon,
+        adaptive_quantile=cfg.dp_adaptive_quantile,
+        clip_lr=cfg.dp_clip_lr,
+        count_noise=cfg.dp_count_noise,
+    )
+
+
+def fedavg_settings(cfg: TrainConfig) -> FedAvgSettings:
+    """fedavg's settings: its flat fields, then what the assembly builds for it: the server's
+    aggregation and DP-FedAvg settings (from their own flat fields, shared with FedBuff's
+    aggregation), the Byzantine clients' ids and the trace (from the client profiles, as the
+    clients' dropout and availability are), and the seed of DP-FedAvg's noise (the run's
+    seed's own stream)."""
+    own = settings_from_fields("fedavg", vars(cfg))
+    clients = client_settings(cfg)
+    profiles = make_profiles(clients)
+    return dataclasses.replace(
+        own,
+        aggregation=aggregation_settings(cfg),
+        privacy=privacy_settings(cfg),
+        byzantine_clients=tuple(p.client_id for p in profiles if p.attack),
+        trace=load_trace(cfg.client_trace, population(clients)) if cfg.client_trace else None,
+        dp_noise_seed=int_seed(stream(cfg.seed, FEDERATED, DP_NOISE_STREAM)),
+    )
 
 
 def scheduler_settings(cfg: TrainConfig) -> SchedulerSettings:

@@ -16,22 +16,37 @@ from 0.25 to 1.0. ``iid`` leaves every client on the default env: the control.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from hybrid.errors import ConfigError
-from hybrid.seeding import stream
+from hybrid.seeding import int_seed, stream
+
+if TYPE_CHECKING:
+    import torch
 
 # Top-level spawn key of every federated stream: far from hybrid.seeding's small keys.
 FEDERATED = 0xFED
 # Sub-streams. Each quantity has its own, so changing one distribution leaves the others.
 DYNAMICS_STREAM, SPEED_STREAM, LINK_STREAM, SAMPLING_STREAM, JITTER_STREAM, EVAL_STREAM = range(6)
+BYZANTINE_STREAM, ATTACK_NOISE_STREAM, DP_NOISE_STREAM = 6, 7, 8
+
+DELTA_ATTACKS = ("sign_flip", "scale", "gaussian")
+"""Attacks on the Δ a Byzantine client sends (byzantine_scale s sets their strength):
+sign_flip sends −s·Δ, scale sends s·Δ (model replacement), gaussian replaces Δ by Gaussian
+noise with s times Δ's root-mean-square per coordinate."""
+ENV_ATTACKS = ("random_policy", "reward_flip")
+"""Attacks through the client's env, the Δ then computed honestly: random_policy steps the env
+with uniformly random actions instead of the policy's (FedPG-BR's random-action agent; the
+client's loss still scores the actions its policy chose), reward_flip negates every reward."""
+ATTACKS = DELTA_ATTACKS + ENV_ATTACKS
 
 Range = tuple[float, float]
 
@@ -98,6 +113,8 @@ class ClientProfile:
     """Probability that the client drops out of a round it was sampled for."""
     availability: float
     """Probability that the client can be sampled in a round."""
+    attack: str = ""
+    """Empty for an honest client; a Byzantine one's attack (``ATTACKS``)."""
 
     @property
     def physics(self) -> dict[str, float]:
@@ -124,6 +141,12 @@ class ClientSettings:
     client_link_sigma: float
     client_dropout: float
     client_availability: float
+    byzantine_fraction: float
+    """Share of the K clients that are Byzantine, round(fraction·K) of them, drawn by seed."""
+    byzantine_attack: str
+    byzantine_scale: float
+    client_trace: str
+    """A client trace file (hybrid/traces.py): its speeds and links replace the drawn ones."""
     # the virtual clock's costs of a client task (ClientCostModel); not part of the draw
     step_cost_s: float
     task_overhead_s: float
@@ -159,6 +182,9 @@ _PROFILE_FIELDS = (
     "client_link_sigma",
     "client_dropout",
     "client_availability",
+    "byzantine_fraction",
+    "byzantine_attack",
+    "client_trace",
 )
 
 
@@ -192,6 +218,21 @@ def _profiles(key: tuple[Any, ...]) -> tuple[ClientProfile, ...]:
     up = f["client_uplink_mbps"] * (rng.lognormal(0.0, sigma, size=k) if sigma else np.ones(k))
     down = f["client_downlink_mbps"] * (rng.lognormal(0.0, sigma, size=k) if sigma else np.ones(k))
 
+    if f["client_trace"]:  # measured (or synthetic) devices instead of the drawn ones
+        from hybrid.traces import load_trace
+
+        rows = load_trace(f["client_trace"], k).clients
+        slowness = np.array([1.0 / row.compute_speed for row in rows])
+        up = np.array([row.uplink_mbps for row in rows])
+        down = np.array([row.downlink_mbps for row in rows])
+
+    attacks = [""] * k
+    hostile = round(f["byzantine_fraction"] * k)
+    if hostile:  # its own stream: the other draws are those of a run without attackers
+        rng = np.random.default_rng(stream(seed, FEDERATED, BYZANTINE_STREAM))
+        for c in rng.choice(k, size=hostile, replace=False):
+            attacks[int(c)] = f["byzantine_attack"]
+
     return tuple(
         ClientProfile(
             client_id=c,
@@ -201,6 +242,7 @@ def _profiles(key: tuple[Any, ...]) -> tuple[ClientProfile, ...]:
             downlink_mbps=float(down[c]),
             dropout=float(f["client_dropout"]),
             availability=float(f["client_availability"]),
+            attack=attacks[c],
         )
         for c in range(k)
     )
@@ -232,7 +274,73 @@ def apply_dynamics(envs: gym.vector.VectorEnv, physics: Mapping[str, float]) -> 
 def apply_client_dynamics(
     envs: gym.vector.VectorEnv, settings: ClientSettings, client_id: int
 ) -> None:
-    apply_dynamics(envs, client_profile(settings, client_id).physics)
+    """Client ``client_id``'s env variant, and its env attack if it is a Byzantine one. An env
+    lent by an earlier client first loses that client's attack wrapper."""
+    profile = client_profile(settings, client_id)
+    apply_dynamics(envs, profile.physics)
+    if settings.byzantine_fraction > 0:
+        set_env_attack(envs, profile.attack if profile.attack in ENV_ATTACKS else "")
+
+
+class RandomActions(gym.Wrapper):
+    """Steps the env with a uniformly random action, whatever the agent chose (seeded by the
+    env's own reset seed, so a client's task is reproducible)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        if seed is not None or not hasattr(self, "random_space"):
+            self.random_space = copy.deepcopy(self.env.action_space)
+            self.random_space.seed(None if seed is None else seed + 1)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> Any:
+        return self.env.step(self.random_space.sample())
+
+
+class FlippedRewards(gym.Wrapper):
+    """Negates every reward: a client that learns to fail."""
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, -reward, terminated, truncated, info
+
+
+_ENV_ATTACK_WRAPPERS: dict[str, type[gym.Wrapper]] = {
+    "random_policy": RandomActions,
+    "reward_flip": FlippedRewards,
+}
+
+
+def set_env_attack(envs: gym.vector.VectorEnv, attack: str) -> None:
+    """Wrap every sub-env of ``envs`` in ``attack``'s wrapper, after removing any attack
+    wrapper they have ("": an honest client's envs)."""
+    sub = _sub_envs(envs)
+    wrapper_types = tuple(_ENV_ATTACK_WRAPPERS.values())
+    for i, env in enumerate(sub):
+        while isinstance(env, wrapper_types):
+            env = env.env
+        if attack:
+            env = _ENV_ATTACK_WRAPPERS[attack](env)
+        envs.envs[i] = env  # type: ignore[attr-defined]
+
+
+def attack_delta(
+    delta: torch.Tensor, attack: str, scale: float, seed: int, client_id: int, version: int
+) -> torch.Tensor:
+    """The Δ a Byzantine client sends in place of its honest ``delta`` (``DELTA_ATTACKS``);
+    the env attacks and honest clients send ``delta`` itself."""
+    import torch  # here: the config's checks import this module, and must not import torch
+
+    if attack == "sign_flip":
+        return -scale * delta
+    if attack == "scale":
+        return scale * delta
+    if attack == "gaussian":
+        seq = stream(seed, FEDERATED, ATTACK_NOISE_STREAM, client_id, max(version, 0))
+        generator = torch.Generator().manual_seed(int_seed(seq))
+        rms = torch.linalg.vector_norm(delta) / max(delta.numel(), 1) ** 0.5
+        noise = torch.randn(delta.shape, generator=generator, dtype=delta.dtype)
+        return scale * rms * noise
+    return delta
 
 
 def _sub_envs(envs: gym.vector.VectorEnv) -> list[gym.Env]:
@@ -289,16 +397,21 @@ def clients_per_round(fraction: float, clients: int) -> int:
 
 
 __all__ = [
+    "ATTACKS",
+    "DELTA_ATTACKS",
     "DYNAMICS",
+    "ENV_ATTACKS",
     "FEDERATED",
     "ClientCostModel",
     "ClientProfile",
     "apply_client_dynamics",
     "apply_dynamics",
+    "attack_delta",
     "check_dynamics",
     "client_profile",
     "clients_per_round",
     "make_profiles",
     "population",
+    "set_env_attack",
     "set_physics",
 ]

@@ -22,6 +22,7 @@ from hybrid.scheduler_settings import (
     FLOAT32_MAX,
     INT_MAX,
     coerce_setting,
+    config_fields,
     field_defaults,
     fold_scheduler_args,
     settings_from_fields,
@@ -41,7 +42,7 @@ def _with_built_in_scheduler_fields(cls: type) -> type:
     body as well, with its default taken from the Settings, adds its --help text.)"""
     annotations = cls.__annotations__  # its own (the dataclass reads it), not a copy
     for settings_class in BUILT_IN_SETTINGS.values():
-        for f in dataclasses.fields(settings_class):
+        for f in config_fields(settings_class):
             if f.name not in annotations:
                 annotations[f.name] = f.type
                 setattr(cls, f.name, f.default)
@@ -241,6 +242,45 @@ class TrainConfig:
     late_policy: str = _FEDAVG["late_policy"]
     """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
     with its staleness (admit: asynchronous FL)."""
+    # --- federated: hostile and private rounds (fedavg's server, the clients' behaviour) -------
+    aggregator: str = "mean"
+    """fedavg: how the server combines a round's Δs: mean (sample-weighted), median
+    (coordinate-wise), trimmed_mean, krum or multi_krum (hybrid/aggregation.py)."""
+    trim_beta: float = 0.1
+    """fedavg trimmed_mean: fraction cut from each end of every coordinate, in [0, 0.5)."""
+    krum_f: int = 1
+    """fedavg krum / multi_krum: Byzantine clients tolerated; needs more than 2f+2 per round."""
+    krum_m: int = 1
+    """fedavg multi_krum: how many best-scored Δs are averaged."""
+    norm_bound: float = 0.0
+    """fedavg: scale each Δ to at most this L2 norm before aggregating (0: off)."""
+    byzantine_fraction: float = 0.0
+    """Share of the edge clients that are Byzantine (drawn by seed, fixed for the run)."""
+    byzantine_attack: str = "sign_flip"
+    """What a Byzantine client does: sign_flip (sends -s*Δ), scale (s*Δ), gaussian (noise of
+    s times Δ's RMS), random_policy (acts at random), reward_flip (negated rewards)."""
+    byzantine_scale: float = 4.0
+    """s: the strength of the sign_flip, scale and gaussian attacks."""
+    dp_clip: float = 0.0
+    """fedavg DP-FedAvg: clip each Δ to this L2 norm C (0: no differential privacy)."""
+    dp_noise_multiplier: float = 0.0
+    """fedavg DP-FedAvg: sigma; the sum of clipped Δs gets N(0, (sigma*C)^2) noise."""
+    dp_sampling: str = "fixed"
+    """fedavg DP-FedAvg client sampling: fixed (m of K) or poisson (each with q = m/K)."""
+    dp_delta: float = 1e-5
+    """fedavg DP-FedAvg: the delta at which epsilon is reported."""
+    dp_target_epsilon: float = 0.0
+    """fedavg DP-FedAvg: stop before a round would spend more than this epsilon (0: none)."""
+    dp_adaptive_quantile: float = 0.0
+    """fedavg DP-FedAvg: adaptive clipping's target quantile gamma in (0, 1) (0: fixed C)."""
+    dp_clip_lr: float = 0.2
+    """fedavg DP-FedAvg: adaptive clipping's geometric step eta_C."""
+    dp_count_noise: float = 0.0
+    """fedavg DP-FedAvg: adaptive clipping's count noise sigma_b (0: clients per round / 20)."""
+    client_trace: str = ""
+    """Edge clients' trace file (JSON or CSV, hybrid/traces.py): per client compute speed,
+    links and availability intervals over virtual time, for fedavg (FedBuff: also pass it as
+    its client_trace argument); serial runtime only."""
     client_eval_clients: int = 50
     """Clients (a seeded sample) whose own env variant the final model is evaluated on."""
     client_eval_episodes: int = 2
@@ -508,6 +548,7 @@ class TrainConfig:
         check_dynamics(self.client_dynamics, self.env)
         if self.round_deadline_s and self.scheduler != "fedavg":
             raise ConfigError("round_deadline_s: only the fedavg scheduler has rounds; leave it 0")
+        self._check_hostile_rounds()
         # multi-agent
         _choice("critic", self.critic, ("auto", "central", "local"))
         _at_least("ppo_epochs", self.ppo_epochs, 1)
@@ -620,6 +661,122 @@ class TrainConfig:
                 "cluster: a measured profile does not model round deadlines; "
                 "leave round_deadline_s 0 or use a built-in cluster"
             )
+
+    def _check_hostile_rounds(self) -> None:
+        """Robust aggregation, Byzantine clients and DP-FedAvg: their settings build (one-line
+        errors) and fit the run's clients per round."""
+        from hybrid.aggregation import AggregationSettings
+        from hybrid.clients import ATTACKS, DELTA_ATTACKS, clients_per_round
+        from hybrid.privacy import PrivacySettings
+
+        aggregation = AggregationSettings(
+            self.aggregator, self.trim_beta, self.krum_f, self.krum_m, self.norm_bound
+        )
+        privacy = PrivacySettings(
+            self.dp_clip,
+            self.dp_noise_multiplier,
+            self.dp_sampling,
+            self.dp_delta,
+            self.dp_target_epsilon,
+            self.dp_adaptive_quantile,
+            self.dp_clip_lr,
+            self.dp_count_noise,
+        )
+        _choice("byzantine_attack", self.byzantine_attack, ATTACKS)
+        if not 0.0 <= _number("byzantine_fraction", self.byzantine_fraction) < 1.0:
+            raise ConfigError(f"byzantine_fraction: {self.byzantine_fraction} is outside [0, 1)")
+        _non_negative("byzantine_scale", self.byzantine_scale)
+        defaults = TrainConfig()
+        server = [
+            name
+            for name in FIELD_OWNERS["aggregation"] + FIELD_OWNERS["privacy"]
+            if getattr(self, name) != getattr(defaults, name)
+        ]
+        needs = {  # a knob refused where it would do nothing
+            "trim_beta": (self.aggregator == "trimmed_mean", "with aggregator trimmed_mean"),
+            "krum_f": (self.aggregator in ("krum", "multi_krum"), "with aggregator krum"),
+            "krum_m": (self.aggregator == "multi_krum", "with aggregator multi_krum"),
+            "byzantine_attack": (self.byzantine_fraction > 0, "with byzantine_fraction > 0"),
+            "byzantine_scale": (self.byzantine_fraction > 0, "with byzantine_fraction > 0"),
+            **{
+                name: (self.dp_clip > 0, "with dp_clip > 0 (DP-FedAvg)")
+                for name in FIELD_OWNERS["privacy"]
+                if name != "dp_clip"
+            },
+        }
+        for name, (applies, when) in needs.items():
+            if getattr(self, name) != getattr(defaults, name) and not applies:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} has no effect here; it applies only {when}"
+                )
+        if server and self.scheduler != "fedavg":
+            raise ConfigError(
+                f"{server[0]}: applies only with --scheduler fedavg (FedBuff and your own "
+                "scheduler take the aggregation settings as --scheduler-arg)"
+            )
+        hostile = [n for n in FIELD_OWNERS["byzantine"] if getattr(self, n) != getattr(defaults, n)]
+        if hostile and self.clients is None:
+            raise ConfigError(f"{hostile[0]}: Byzantine clients are edge clients; set --clients K")
+        rewrites_delta = self.byzantine_fraction and self.byzantine_attack in DELTA_ATTACKS
+        if rewrites_delta and self.codec != "none":
+            raise ConfigError(
+                f"byzantine_attack: {self.byzantine_attack} rewrites the Δ a client sends; "
+                "it needs --codec none"
+            )
+        if self.scheduler != "fedavg":
+            return
+        k = self.clients if self.clients is not None else self.workers
+        per_round = clients_per_round(self.client_fraction, k)
+        aggregation.check_clients(per_round)
+        if privacy.enabled:
+            if not aggregation.is_plain_mean:
+                raise ConfigError(
+                    f"aggregator: DP-FedAvg aggregates with the mean; leave aggregator mean and "
+                    f"norm_bound 0 with dp_clip (got {self.aggregator}, {self.norm_bound})"
+                )
+            if self.clients is None:
+                raise ConfigError("dp_clip: DP-FedAvg protects edge clients; set --clients K")
+            if self.client_availability < 1.0:
+                raise ConfigError(
+                    "client_availability: DP-FedAvg's accountant assumes every client can be "
+                    "sampled; leave it 1 with dp_clip"
+                )
+            if self.late_policy == "admit":
+                raise ConfigError(
+                    "late_policy: a late Δ admitted in a later round is not in the accountant's "
+                    "one-release-per-round model; use drop with dp_clip"
+                )
+            if self.codec != "none":
+                raise ConfigError("codec: DP-FedAvg clips the Δs as sent; use --codec none")
+        privacy.check_round(k, per_round)
+        self._check_trace()
+
+    def _check_trace(self) -> None:
+        if not self.client_trace:
+            return
+        from hybrid import registry
+        from hybrid.traces import load_trace
+
+        # fedavg reads availability from it; a scheduler of yours may (FedBuff's client_trace
+        # argument); the other built-ins would ignore it.
+        ignored = self.scheduler in registry.SCHEDULERS and self.scheduler != "fedavg"
+        if ignored or self.clients is None:
+            raise ConfigError(
+                "client_trace: drives edge clients under fedavg (or a scheduler of yours that "
+                "reads it, such as FedBuff); use --scheduler fedavg --clients K"
+            )
+        if self.runtime != "serial":
+            raise ConfigError(f"client_trace: {VIRTUAL_ONLY}")
+        if self.cluster != "homogeneous" or self.client_link_sigma:
+            raise ConfigError(
+                "client_trace: the trace sets each client's speed and links; leave cluster "
+                "homogeneous and client_link_sigma 0"
+            )
+        if self.dp_clip:
+            raise ConfigError(
+                "client_trace: DP-FedAvg's accountant assumes every client can be sampled"
+            )
+        load_trace(self.client_trace, self.clients)
 
     def _check_no_dead_flags(self, multiagent: bool) -> None:
         """A field changed from its default where it has no effect is refused: a run (or a
@@ -770,6 +927,19 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
         "client_downlink_mbps",
         "client_link_sigma",
     ),
+    "aggregation": ("aggregator", "trim_beta", "krum_f", "krum_m", "norm_bound"),
+    "byzantine": ("byzantine_fraction", "byzantine_attack", "byzantine_scale"),
+    "privacy": (
+        "dp_clip",
+        "dp_noise_multiplier",
+        "dp_sampling",
+        "dp_delta",
+        "dp_target_epsilon",
+        "dp_adaptive_quantile",
+        "dp_clip_lr",
+        "dp_count_noise",
+    ),
+    "traces": ("client_trace",),
     "federated": ("client_eval_clients", "client_eval_episodes"),
     "serial": (
         "cluster",
@@ -867,6 +1037,15 @@ OWNER_APPLIES: dict[str, Applies | None] = {
     "federated": Applies(
         lambda c, x: c.clients is not None or c.client_dynamics != "iid",
         "with edge clients (--clients K) or client env variants (--client-dynamics)",
+    ),
+    # fedavg's server combines the Δs; FedBuff and your own scheduler take the aggregation
+    # settings as --scheduler-arg, not as these flags
+    "aggregation": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "privacy": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
+    "byzantine": Applies(lambda c, x: c.clients is not None, "with edge clients (--clients K)"),
+    "traces": Applies(
+        lambda c, x: c.clients is not None and (c.scheduler == "fedavg" or not x.built_in),
+        "with edge clients (--clients K) under fedavg or a scheduler of yours that reads it",
     ),
     "serial": Applies(lambda c, x: c.runtime == "serial", "on the serial runtime's virtual clock"),
     "codecs": None,
@@ -1070,6 +1249,8 @@ _INT_CAPS: tuple[tuple[str, int, str], ...] = (
     ("learner_updates", 100_000, "the learner runs them between actor batches"),
     ("q_nstep", 10_000, "n-step transitions are built in memory"),
     ("local_steps", 1_000_000, "a client runs them within one round"),
+    ("krum_f", 1_000_000, "Krum compares every pair of a round's Δs"),
+    ("krum_m", 1_000_000, "Multi-Krum averages at most a round's Δs"),
     ("client_eval_clients", 100_000, "each evaluated client builds its envs"),
     ("client_eval_episodes", 1_000, "episodes per evaluated client run at once"),
     ("ppo_epochs", 10_000, "every epoch passes over the whole rollout"),

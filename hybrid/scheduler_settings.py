@@ -17,10 +17,18 @@ import math
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from hybrid.aggregation import AggregationSettings
 from hybrid.errors import ConfigError
+from hybrid.privacy import PrivacySettings
+from hybrid.traces import Trace
+
+ASSEMBLED = "assembled"
+"""Metadata key of a Settings field the assembly builds (from other config fields, or the
+client profiles) rather than a config field of the same name: no flag, no config entry."""
+_BUILT_BY_ASSEMBLY = {ASSEMBLED: True}
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,21 @@ class FedAvgSettings:
     """Probability that a sampled client drops out of its round (never starts)."""
     client_availability: float | tuple[float, ...] = 1.0
     """Probability that a client can be sampled in a given round."""
+    # Built by the assembly, not config fields of their own: the aggregation and DP-FedAvg
+    # settings from their flat fields (aggregator..., dp_*; FedBuff takes the same
+    # aggregation settings), the Byzantine clients and the trace from the client profiles.
+    aggregation: AggregationSettings = field(
+        default_factory=AggregationSettings, metadata=_BUILT_BY_ASSEMBLY
+    )
+    """The server's rule for combining a round's Δs (the mean unless set)."""
+    privacy: PrivacySettings = field(default_factory=PrivacySettings, metadata=_BUILT_BY_ASSEMBLY)
+    """DP-FedAvg (off unless its clip is set)."""
+    byzantine_clients: tuple[int, ...] = field(default=(), metadata=_BUILT_BY_ASSEMBLY)
+    """The Byzantine clients' ids (their attack is the pool's), counted in the metrics."""
+    trace: Trace | None = field(default=None, metadata=_BUILT_BY_ASSEMBLY)
+    """A client trace: who is online when (None: everyone always)."""
+    dp_noise_seed: int = field(default=0, metadata=_BUILT_BY_ASSEMBLY)
+    """The seed of DP-FedAvg's noise, the run seed's own stream (hybrid.seeding)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.client_fraction <= 1.0:
@@ -174,7 +197,8 @@ def fold_scheduler_args(
     ``--staleness-bound 2``); the rest (unknown names, values of the wrong type) stays for
     ``validate`` to refuse in one line."""
     settings_class = BUILT_IN_SETTINGS[name]
-    hints = typing.get_type_hints(settings_class)
+    all_hints = typing.get_type_hints(settings_class)
+    hints = {name: all_hints[name] for name in field_defaults(settings_class)}
     own, rest = {}, {}
     for key, value in args.items():
         try:
@@ -184,9 +208,15 @@ def fold_scheduler_args(
     return own, rest
 
 
+def config_fields(settings_class: type) -> list[dataclasses.Field]:
+    """A settings dataclass's fields that are config fields of the same name (not those the
+    assembly builds)."""
+    return [f for f in dataclasses.fields(settings_class) if not f.metadata.get(ASSEMBLED)]
+
+
 def field_defaults(settings_class: type) -> dict[str, Any]:
-    """A settings dataclass's field names and their defaults, in order."""
-    return {f.name: f.default for f in dataclasses.fields(settings_class)}
+    """A settings dataclass's config field names and their defaults, in order."""
+    return {f.name: f.default for f in config_fields(settings_class)}
 
 
 def settings_from_fields(name: str, values: Mapping[str, Any]) -> Any:
@@ -201,6 +231,7 @@ def settings_from_fields(name: str, values: Mapping[str, Any]) -> Any:
 
 
 __all__ = [
+    "ASSEMBLED",
     "BUILT_IN_SETTINGS",
     "ActorLearnerSettings",
     "AsyncSettings",
@@ -208,6 +239,7 @@ __all__ = [
     "FedAvgSettings",
     "SyncSettings",
     "coerce_setting",
+    "config_fields",
     "field_defaults",
     "fold_scheduler_args",
     "settings_from_fields",

@@ -421,6 +421,8 @@ class Tracker:
             f'"verdict": "{verdict.value}", "env_steps": {int(update.env_steps)}'
             # the task's settings a scheduler chose for it (ready's per-worker settings)
             + (f', "task": {json.dumps(update.task_settings)}' if update.task_settings else "")
+            # a Byzantine edge client's update (its pool marks every update of such a run)
+            + (', "byzantine": true' if update.stats.get("fed/byzantine") else "")
             + "}\n"
         )
         self._rows["spans.jsonl"] += 1

@@ -44,6 +44,7 @@ from hybrid.core.worker import Worker
 from hybrid.envs import describe
 from hybrid.protocol import Snapshot, TrainLocally
 from hybrid.schedulers import SCHEDULERS, FedAvg, FedAvgSettings, Verdict
+from hybrid.seeding import SCHEDULER, stream
 from hybrid.trainer import initial_params
 
 
@@ -52,6 +53,17 @@ def fedavg(clients: int, seed: int = 0, **settings) -> FedAvg:
     ``bind`` seeds the scheduler's stream."""
     scheduler = FedAvg(clients, FedAvgSettings(**settings))
     scheduler.bind(None, np.random.default_rng(seed))
+    return scheduler
+
+
+def built_and_bound(cfg: TrainConfig) -> FedAvg:
+    """The scheduler the registry builds for ``cfg``, bound to the run's scheduler stream as
+    the trainer binds it."""
+    from hybrid.assembly import scheduler_settings
+    from hybrid.schedulers import make_scheduler
+
+    scheduler = make_scheduler(scheduler_settings(cfg))
+    scheduler.bind(None, np.random.default_rng(stream(cfg.seed, SCHEDULER)))
     return scheduler
 
 
@@ -758,12 +770,10 @@ def test_fedavg_on_ray_matches_serial(tmp_path):
 def test_from_settings_keeps_the_clients_availability_and_dropout():
     """A config's client_availability and client_dropout reach the scheduler the registry
     builds: with C = 1 a round samples only the available clients, and some drop out."""
-    from hybrid.assembly import scheduler_settings
-    from hybrid.schedulers import make_scheduler
 
     def first_round(**changes):
         cfg = TrainConfig(scheduler="fedavg", clients=200, client_fraction=1.0, **changes)
-        s = make_scheduler(scheduler_settings(cfg))
+        s = built_and_bound(cfg)
         started = s.ready(list(range(200)), 0)
         return len(started), s.metrics()
 
@@ -778,7 +788,7 @@ def test_from_settings_keeps_the_clients_availability_and_dropout():
 def test_round_counters_accumulate_over_rounds():
     """Every counter is a running total: after several rounds it is the sum of what each
     round added, not the last round's."""
-    s = FedAvg(10, fraction=0.5, seed=0, deadline_s=1.0)
+    s = fedavg(10, seed=0, client_fraction=0.5, round_deadline_s=1.0)
     for version in range(4):
         started = s.ready(list(range(10)), version)
         assert len(started) == 5
@@ -793,7 +803,7 @@ def test_round_counters_accumulate_over_rounds():
 
     # one client that drops out 90% of the time: every draw samples it once, every empty
     # round is one dropout, and the draws are the rounds plus the empty rounds
-    lonely = FedAvg(1, fraction=1.0, seed=3, dropout=0.9)
+    lonely = fedavg(1, seed=3, client_fraction=1.0, client_dropout=0.9)
     for version in range(3):
         assert lonely.ready([0], version) == [0]
         lonely.admit(delta(0, [1.0], base_version=version), 0)
@@ -807,35 +817,36 @@ def test_round_counters_accumulate_over_rounds():
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"dropout": 1.0}, "client_dropout"),
-        ({"dropout": -0.1}, "client_dropout"),
-        ({"dropout": float("nan")}, "client_dropout"),
-        ({"dropout": [0.1, 0.2, 1.0]}, "client_dropout"),
-        ({"dropout": [0.1, 0.2]}, "client_dropout"),
-        ({"availability": 0.0}, "client_availability"),
-        ({"availability": 1.5}, "client_availability"),
-        ({"availability": float("nan")}, "client_availability"),
-        ({"availability": [1.0, 0.5, -0.5]}, "client_availability"),
-        ({"availability": [1.0] * 4}, "client_availability"),
-        ({"deadline_s": -1.0}, "round_deadline_s"),
+        ({"client_dropout": 1.0}, "client_dropout"),
+        ({"client_dropout": -0.1}, "client_dropout"),
+        ({"client_dropout": float("nan")}, "client_dropout"),
+        ({"client_dropout": [0.1, 0.2, 1.0]}, "client_dropout"),
+        ({"client_dropout": [0.1, 0.2]}, "client_dropout"),
+        ({"client_availability": 0.0}, "client_availability"),
+        ({"client_availability": 1.5}, "client_availability"),
+        ({"client_availability": float("nan")}, "client_availability"),
+        ({"client_availability": [1.0, 0.5, -0.5]}, "client_availability"),
+        ({"client_availability": [1.0] * 4}, "client_availability"),
+        ({"round_deadline_s": -1.0}, "round_deadline_s"),
         ({"late_policy": "maybe"}, "late_policy"),
     ],
 )
 def test_bad_probabilities_are_refused_by_fedavg_itself(kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}: "):
-        FedAvg(3, fraction=1.0, **kwargs)
+        fedavg(3, client_fraction=1.0, **kwargs)
 
 
 @pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, float("nan")])
 def test_a_bad_fraction_is_refused_by_fedavg_itself(fraction):
     with pytest.raises(ValueError, match=r"^client_fraction: "):
-        FedAvg(3, fraction=fraction)
+        fedavg(3, client_fraction=fraction)
 
 
 def test_a_checkpoint_taken_mid_round_resumes_to_the_same_result():
-    """state_dict and the buffer (what the loop checkpoints), taken while a round waits for
-    a client and a late Δ is held, then restored into a fresh scheduler: the round closes
-    with the same step, and the next rounds draw the same clients with the same counters."""
+    """state_dict, the buffer and the bound stream (what the loop checkpoints), taken while
+    a round waits for a client and a late Δ is held, then restored into a fresh scheduler:
+    the round closes with the same step, and the next rounds draw the same clients with the
+    same counters."""
 
     def play_first_round(s):
         s.ready(list(range(6)), 0)  # C = 1: all six, of which some drop out
@@ -855,17 +866,19 @@ def test_a_checkpoint_taken_mid_round_resumes_to_the_same_result():
             steps.append(s.combine())
         return steps, s.metrics()
 
-    settings = {"fraction": 1.0, "seed": 4, "dropout": 0.2, "deadline_s": 1.0}
-    uninterrupted = FedAvg(6, late_policy="admit", **settings)
+    settings = {"client_fraction": 1.0, "seed": 4, "client_dropout": 0.2, "round_deadline_s": 1.0}
+    uninterrupted = fedavg(6, late_policy="admit", **settings)
     started = play_first_round(uninterrupted)
     assert len(started) >= 3 and uninterrupted.round_open
     saved = json.loads(json.dumps(uninterrupted.state_dict()))
     buffer = list(uninterrupted.buffer)
+    rng_state = uninterrupted.rng.bit_generator.state  # the loop checkpoints the bound stream
     expected_steps, expected_metrics = finish(uninterrupted, started)
 
-    resumed = FedAvg(6, late_policy="admit", **settings)
+    resumed = fedavg(6, late_policy="admit", **settings)
     resumed.load_state_dict(saved)
     resumed.buffer = buffer
+    resumed.rng.bit_generator.state = rng_state
     assert resumed.round_open and not resumed.full()  # still waiting for its clients
     steps, metrics = finish(resumed, started)
     assert metrics == expected_metrics and metrics["sched/late_admitted"] == 1
@@ -875,17 +888,16 @@ def test_a_checkpoint_taken_mid_round_resumes_to_the_same_result():
 
 
 def test_from_settings_keeps_the_seed_and_the_deadline():
-    from hybrid.assembly import scheduler_settings
-    from hybrid.schedulers import make_scheduler
-
     def built(**changes):
         cfg = TrainConfig(scheduler="fedavg", clients=100, client_fraction=0.1, **changes)
-        return make_scheduler(scheduler_settings(cfg))
+        return built_and_bound(cfg)
 
     def first_round(scheduler):
         return scheduler.ready(list(range(100)), 0)
 
-    assert first_round(built(seed=7)) == first_round(FedAvg(100, fraction=0.1, seed=7))
+    by_hand = FedAvg(100, FedAvgSettings(client_fraction=0.1))
+    by_hand.bind(None, np.random.default_rng(stream(7, SCHEDULER)))
+    assert first_round(built(seed=7)) == first_round(by_hand)
     assert first_round(built(seed=7)) != first_round(built(seed=8))
     s = built(round_deadline_s=1.0)
     started = first_round(s)
@@ -893,7 +905,7 @@ def test_from_settings_keeps_the_seed_and_the_deadline():
 
 
 def test_without_a_deadline_no_delta_is_late():
-    s = FedAvg(2, fraction=1.0)
+    s = fedavg(2, client_fraction=1.0)
     s.ready([0, 1], 0)
     assert s.admit(delta(0, [1.0], cost_s=1e6), 0) is Verdict.BUFFER
     assert s.admit(delta(1, [3.0], cost_s=5.0), 0) is Verdict.BUFFER
@@ -906,7 +918,7 @@ def test_without_a_deadline_no_delta_is_late():
 def test_late_deltas_count_their_staleness_from_the_round_they_missed():
     """Two late Δs admitted rounds later: the counters add up, and each Δ's staleness is the
     admitting round's version minus its own base version."""
-    s = FedAvg(2, fraction=1.0, deadline_s=1.0, late_policy="admit")
+    s = fedavg(2, client_fraction=1.0, round_deadline_s=1.0, late_policy="admit")
     base = 3  # the first round starts at version 3
     s.ready([0, 1], base)
     s.admit(delta(0, [1.0], base_version=base, cost_s=0.5), 0)

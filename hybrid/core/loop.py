@@ -280,6 +280,8 @@ class Training:
             idle = runtime.idle_workers()
             starting = scheduler.ready(idle, global_model.version)
             check_ready(scheduler, starting, idle)  # a user's ready() may return anything
+            if not starting and scheduler.finished():
+                break  # it starts no more tasks, e.g. its privacy budget is spent
             if starting:
                 progress = stats.env_steps / settings.total_env_steps
                 # a worker is named by its id, or as (id, its task settings)

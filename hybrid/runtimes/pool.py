@@ -28,14 +28,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
+import torch
 
-from hybrid.clients import ClientCostModel, ClientSettings
+from hybrid.clients import (
+    DELTA_ATTACKS,
+    ClientCostModel,
+    ClientSettings,
+    attack_delta,
+    client_profile,
+)
 from hybrid.core.worker import Worker, WorkerSettings, groups_local_training, run_local_group
 from hybrid.protocol import Snapshot, Update
 
 if TYPE_CHECKING:
-    import torch
-
     from hybrid.envs import EnvInfo
     from hybrid.nets import FlatParams
 
@@ -146,7 +151,7 @@ class EdgeClients:
                 )
             )
         try:
-            return client.run_task(snapshot)
+            return self.behave(client.run_task(snapshot), snapshot)
         finally:
             if not lent or lent[0].envs is not client.runner.envs:
                 client.close()  # its own env; a lent one stays open for the next client
@@ -187,12 +192,34 @@ class EdgeClients:
         kept = {id(parts.envs), *map(id, parts.spare_envs)}
         try:
             if groups_local_training(clients, snapshot):
-                return run_local_group(clients, snapshot)
-            return [client.run_task(snapshot) for client in clients]
+                updates = run_local_group(clients, snapshot)
+            else:
+                updates = [client.run_task(snapshot) for client in clients]
+            return [self.behave(update, snapshot) for update in updates]
         finally:
             for client in clients:
                 if id(client.runner.envs) not in kept:
                     client.close()
+
+    def behave(self, update: Update, snapshot: Snapshot) -> Update:
+        """What the client really sends: a Byzantine client's Δ attack replaces its honest Δ
+        (an env attack already shaped it). With Byzantine clients in the run, every update is
+        marked (``fed/byzantine`` 1 or 0) so the logs show who attacked in which round."""
+        settings = self.clients
+        if settings.byzantine_fraction == 0:
+            return update
+        attack = client_profile(settings, update.worker_id).attack
+        update.stats["fed/byzantine"] = 1.0 if attack else 0.0
+        if attack in DELTA_ATTACKS and isinstance(update.payload, torch.Tensor):
+            update.payload = attack_delta(
+                update.payload,
+                attack,
+                settings.byzantine_scale,
+                settings.seed,
+                update.worker_id,
+                snapshot.version,
+            )
+        return update
 
     def cost_model(self) -> Any:
         return ClientCostModel(self.clients)

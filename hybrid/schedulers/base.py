@@ -140,6 +140,12 @@ class Scheduler(ABC):
         # max_grad_norm would cap how far one round may move. Workers clip their own gradients.
         return Step(direction, clip=any(u.kind != Payload.DELTA for u in updates), updates=updates)
 
+    def finished(self) -> bool:
+        """True once this scheduler starts no more tasks before the env-step budget is spent
+        (e.g. DP-FedAvg at its target ε): the loop then ends the run when ``ready`` starts
+        nobody."""
+        return False
+
     def metrics(self) -> dict[str, float]:
         """Cumulative counters (``sched/...``) for the training rows and the summary."""
         return {}

@@ -16,6 +16,12 @@ first round that closes after it really arrived and admits it there with its
 staleness (asynchronous FL). Dropout is decided here, from the seeded draw, when a
 client is sampled: a client that drops out is never started and never reports, so
 the round time is that of the slowest surviving client.
+
+Hostile and private rounds (``AggregationSettings``, ``PrivacySettings``): the server may
+combine the round's Δs with a robust rule instead of the mean (``hybrid.aggregation``:
+median, trimmed mean, Krum, Multi-Krum, norm bounding), or run DP-FedAvg (``hybrid.privacy``:
+clip, sum, Gaussian noise, fixed denominator, with ε from ``dp-accounting``; a run can stop
+before a round would pass a target ε). With both off, a round is combined exactly as before.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from hybrid import Payload, Scheduler, Step, TrainLocally, Update, Verdict
+from hybrid.aggregation import aggregate
 from hybrid.clients import clients_per_round
+from hybrid.privacy import DpFedAvg
 from hybrid.scheduler_settings import FedAvgSettings
 
 MAX_EMPTY_ROUNDS = 10_000
@@ -63,6 +72,12 @@ class FedAvg(Scheduler):
             0,
         )
         self.late_staleness = 0
+        self._init_hostile_rounds(workers, settings)
+        self.trace = settings.trace
+        self.trace_wait_s = 0.0
+        """Trace seconds spent waiting for a client to come online (not on the runtime's clock)."""
+        self.trace_round_start_s = 0.0
+        self.trace_left = 0
 
     # -- the protocol ------------------------------------------------------------------------
 
@@ -71,10 +86,11 @@ class FedAvg(Scheduler):
             # A pending client can only be idle if its task was lost (a parallel runtime
             # restarted its worker): start it again from the round's parameters.
             return sorted(w for w in idle if w in self.pending)
-        if not idle:
+        if not idle or self.finished():
             return []
         for _ in range(MAX_EMPTY_ROUNDS):
             survivors = self._sample_round(idle)
+            self._count_private_round()
             if survivors:
                 self.round_open = True
                 self.pending = set(survivors)
@@ -97,6 +113,9 @@ class FedAvg(Scheduler):
             )
         self.pending.discard(update.worker_id)
         self.round_closes_s = max(self.round_closes_s, self._arrival_s(update))
+        if self.trace is not None and self._went_offline(update):
+            self.trace_left += 1
+            return Verdict.DROP
         if self._late(update):
             if self.late_policy == "drop":
                 self.counts["late_dropped"] += 1
@@ -128,7 +147,7 @@ class FedAvg(Scheduler):
             if self._late(update):
                 self.counts["late_admitted"] += 1
                 self.late_staleness += staleness
-        step = super().combine()
+        step = self._combine_hostile() if self.hostile_combine else super().combine()
         self.buffer = waiting
         if step is not None:
             step.clip = False  # a model difference; the clients clipped their gradients
@@ -140,7 +159,10 @@ class FedAvg(Scheduler):
         row["sched/late_held"] = sum(self._late(u) for u, _ in self.buffer)
         if self.counts["late_admitted"]:
             row["sched/late_staleness_mean"] = self.late_staleness / self.counts["late_admitted"]
-        return row
+        if self.trace is not None:
+            row["sched/trace_wait_s"] = self.trace_wait_s
+            row["sched/trace_left"] = self.trace_left
+        return row | self._hostile_metrics()
 
     def state_dict(self) -> dict[str, Any]:
         # self.rng is not here: the loop saves it with every scheduler's
@@ -151,6 +173,12 @@ class FedAvg(Scheduler):
             "round_closes_s": self.round_closes_s,
             "counts": dict(self.counts),
             "late_staleness": self.late_staleness,
+            **self._hostile_state(),
+            **(
+                {"trace": [self.trace_wait_s, self.trace_round_start_s, self.trace_left]}
+                if self.trace is not None
+                else {}
+            ),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -160,6 +188,10 @@ class FedAvg(Scheduler):
         self.round_closes_s = float(state["round_closes_s"])
         self.counts = {name: int(value) for name, value in state["counts"].items()}
         self.late_staleness = int(state["late_staleness"])
+        self._load_hostile_state(state)
+        if "trace" in state:
+            wait, start, left = state["trace"]
+            self.trace_wait_s, self.trace_round_start_s, self.trace_left = wait, start, int(left)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -169,18 +201,122 @@ class FedAvg(Scheduler):
         if (self.availability < 1).any():
             reachable = self.rng.random(len(candidates)) < self.availability[candidates]
             candidates = candidates[reachable]
+        if self.trace is not None:
+            candidates = self._online(candidates)
         if len(candidates) == 0:
             return []
-        chosen = self.rng.choice(
-            candidates, size=min(self.per_round, len(candidates)), replace=False
-        )
+        if self.privacy.enabled and self.privacy.sampling == "poisson":
+            # DP-FedAvg's Poisson sampling: each client independently, q = m / K
+            taken = self.rng.random(len(candidates)) < self.per_round / self.workers
+            chosen = candidates[taken]
+        else:
+            chosen = self.rng.choice(
+                candidates, size=min(self.per_round, len(candidates)), replace=False
+            )
         chosen.sort()
+        self.byzantine_sampled += int(self.attacker_mask[chosen].sum())
         self.counts["sampled"] += len(chosen)
         if (self.dropout > 0).any():
             stays = self.rng.random(len(chosen)) >= self.dropout[chosen]
             self.counts["dropouts"] += int((~stays).sum())
             chosen = chosen[stays]
         return [int(c) for c in chosen]
+
+    # -- hostile and private rounds: robust aggregation, Byzantine counts, DP-FedAvg ------------
+
+    def _init_hostile_rounds(self, clients: int, settings: FedAvgSettings) -> None:
+        self.aggregation = settings.aggregation
+        self.privacy = settings.privacy
+        if self.privacy.enabled and not self.aggregation.is_plain_mean:
+            raise ValueError("dp_clip: DP-FedAvg aggregates with the mean; leave aggregator mean")
+        self.aggregation.check_clients(self.per_round)
+        self.privacy.check_round(clients, self.per_round)
+        self.attacker_mask = np.zeros(clients, dtype=bool)
+        self.attacker_mask[list(settings.byzantine_clients)] = True
+        self.byzantine_sampled = 0
+        self.byzantine_received = 0
+        self.dp: DpFedAvg | None = None
+        if self.privacy.enabled:
+            # its own stream, seeded by the assembly from the run's seed (hybrid.seeding)
+            generator = torch.Generator().manual_seed(settings.dp_noise_seed)
+            self.dp = DpFedAvg(self.privacy, clients, self.per_round, generator)
+        self.hostile_combine = self.dp is not None or not self.aggregation.is_plain_mean
+
+    def finished(self) -> bool:
+        """True once another round would spend more privacy than the target ε allows."""
+        return self.dp is not None and not self.dp.accountant.allows_another_round()
+
+    def _count_private_round(self) -> None:
+        # Every draw is a release of DP-FedAvg, also one that sampled nobody (Poisson): the
+        # accountant charges it, which can only overstate ε.
+        if self.dp is not None:
+            self.dp.accountant.rounds += 1
+
+    def _combine_hostile(self) -> Step | None:
+        """The round's buffered Δs under the robust rule, or DP-FedAvg's noised mean."""
+        updates = [u for u, _ in self.buffer]
+        self.buffer.clear()
+        if not updates:
+            return None
+        self.byzantine_received += sum(bool(self.attacker_mask[u.worker_id]) for u in updates)
+        deltas = torch.stack([u.payload for u in updates])
+        if self.dp is not None:
+            direction = self.dp.aggregate(deltas)
+        else:
+            direction = aggregate(deltas, [u.weight for u in updates], self.aggregation)
+        return Step(direction, clip=False, updates=updates)
+
+    def _hostile_metrics(self) -> dict[str, float]:
+        row: dict[str, float] = {}
+        if self.attacker_mask.any():
+            row["sched/byzantine_clients"] = int(self.attacker_mask.sum())
+            row["sched/byzantine_sampled"] = self.byzantine_sampled
+            row["sched/byzantine_received"] = self.byzantine_received
+        if self.dp is not None:
+            row |= {f"sched/{name}": value for name, value in self.dp.metrics().items()}
+            if self.privacy.target_epsilon:
+                row["sched/dp_target_epsilon"] = self.privacy.target_epsilon
+                row["sched/dp_target_reached"] = float(self.finished())
+        return row
+
+    def _hostile_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if self.attacker_mask.any():
+            state["byzantine"] = [self.byzantine_sampled, self.byzantine_received]
+        if self.dp is not None:
+            state["dp"] = self.dp.state_dict()
+        return state
+
+    def _load_hostile_state(self, state: dict[str, Any]) -> None:
+        if "byzantine" in state:
+            self.byzantine_sampled, self.byzantine_received = map(int, state["byzantine"])
+        if self.dp is not None and "dp" in state:
+            self.dp.load_state_dict(state["dp"])
+
+    # -- trace-driven availability (hybrid.traces) ------------------------------------------
+
+    def _online(self, candidates: np.ndarray) -> np.ndarray:
+        """The candidates online when this round starts on the trace's clock: the runtime's
+        time at the last round's close plus the waits so far. When none is, the round waits
+        (on the trace's clock only) for the first to come online."""
+        assert self.trace is not None
+        now = self.round_closes_s + self.trace_wait_s
+        online = [c for c in candidates if self.trace.available(int(c), now)]
+        if not online:
+            start = min(self.trace.next_online(int(c), now) for c in candidates)
+            if start == float("inf"):
+                return candidates[:0]
+            self.trace_wait_s += start - now
+            now = start
+            online = [c for c in candidates if self.trace.available(int(c), now)]
+        self.trace_round_start_s = now
+        return np.asarray(online, dtype=np.int64)
+
+    def _went_offline(self, update: Update) -> bool:
+        """Whether the client's interval ended before its upload did (FedScale's dropout)."""
+        assert self.trace is not None
+        until = self.trace.online_until(update.worker_id, self.trace_round_start_s)
+        return self.trace_round_start_s + update.cost_s > until
 
     def _late(self, update: Update) -> bool:
         return self.deadline_s > 0 and update.cost_s > self.deadline_s

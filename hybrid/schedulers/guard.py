@@ -164,6 +164,12 @@ class Guarded(Scheduler):
                 "full()", f"returned {shown(answer)}, which is not True or False ({_raised(exc)})"
             ) from None
 
+    def finished(self) -> bool:
+        answer = self._call("finished")
+        if not isinstance(answer, bool | np.bool_):
+            raise self.fault("finished()", f"returned {shown(answer)}; expected True or False")
+        return bool(answer)
+
     def combine(self) -> Step | None:
         step = self._call("combine")
         if step is not None:
