@@ -165,7 +165,7 @@ def test_bounded_counts_a_rejected_later_task_on_top_of_the_earlier_ones():
     """A rejected task is a finished clock like any other: worker 0's second task, rejected,
     takes its clock from 1 to 2 (not back to 1), and SSP with s = 1 then holds worker 0
     until worker 1 has finished a task."""
-    s = Bounded(2, bound=1)
+    s = Bounded(2, BoundedSettings(staleness_bound=1))
     assert s.ready([0, 1], 0) == [0, 1]
     s.admit(make_update(0, 0, [1.0]), 0)
     s.combine()
@@ -177,7 +177,7 @@ def test_bounded_counts_a_rejected_later_task_on_top_of_the_earlier_ones():
 
 
 def test_bounded_is_full_exactly_when_an_update_is_buffered():
-    s = Bounded(2, bound=3)
+    s = Bounded(2, BoundedSettings(staleness_bound=3))
     assert not s.full()
     assert s.combine() is None  # nothing buffered: no step, and no error
     s.admit(make_update(1, 0, [2.0]), 0)
@@ -187,7 +187,7 @@ def test_bounded_is_full_exactly_when_an_update_is_buffered():
 
 
 def test_bounded_staleness_aware_scale_of_a_fresh_update_is_one():
-    s = Bounded(2, bound=3, staleness_aware=True)
+    s = Bounded(2, BoundedSettings(staleness_bound=3, staleness_aware_lr=True))
     s.admit(make_update(0, 0, [1.0]), 0)
     assert s.combine().lr_scale == 1.0  # 1 / max(1, 0): a fresh update is not scaled up
     s.admit(make_update(1, 0, [1.0]), 4)

@@ -203,7 +203,9 @@ def test_a_scheduler_returning_what_the_loop_cannot_use_is_one_line(
         pytest.skip("the check is the loop's, one for every runtime: two cases show it there")
     monkeypatch.setattr(_Returns, "ready_returns", ready)
     monkeypatch.setattr(_Returns, "admit_returns", admit)
-    monkeypatch.setitem(SCHEDULERS, "returns", _user_entry(_Returns))
+    # unguarded: the loop's own check, which every scheduler passes through (a user's
+    # scheduler is also guarded, and the guard says the same earlier: test_user_schedulers)
+    monkeypatch.setitem(SCHEDULERS, "returns", _user_entry(_Returns, guarded=False))
     cfg = tiny_config(scheduler="returns", runtime=runtime, workers=2, total_env_steps=300)
     with pytest.raises(ConfigError, match=rf"^scheduler: _Returns\.{match}") as caught:
         hybrid.train(cfg)
