@@ -193,6 +193,15 @@ def test_a_lost_node_is_survived(cluster, tmp_path, monkeypatch):
                 victim = next(n for n in cluster.list_all_nodes() if n.node_id == node)
                 cluster.remove_node(victim, allow_graceful=False)
                 removed["node"] = node
+                # Until Ray's heartbeat check marks the node dead (seconds, longer on a
+                # loaded machine), Ray may place the replacement actor on it again; that
+                # one dies too and is restarted once more, so the run survives either way,
+                # but the placement checked below would be a race. Wait for Ray to know.
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and any(
+                    n["NodeID"] == node and n["Alive"] for n in ray.nodes()
+                ):
+                    time.sleep(0.2)
                 return
 
     seen = _spy(monkeypatch, after=10, then=lose_a_node)
