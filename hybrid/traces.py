@@ -226,6 +226,7 @@ def write_trace(document: dict, path: str | Path) -> None:
     """Write a trace document as JSON, one client per line."""
     lines = [json.dumps(row) for row in document["clients"]]
     body = ",\n  ".join(lines)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(f'{{"period_s": {document["period_s"]},\n "clients": [\n  {body}\n]}}\n')
 
 
