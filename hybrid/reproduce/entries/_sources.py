@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from hybrid.reproduce.entry import Entry, Published
+
 RL_ZOO = "rl-baselines3-zoo benchmark.md (Stable-Baselines3's zoo), one trained agent per row"
 RL_ZOO_URL = (
     "https://github.com/DLR-RM/rl-baselines3-zoo/blob/"
@@ -34,3 +38,21 @@ TRUNCATION = (
     "time limits: hybrid bootstraps a truncated episode from the value of the state it cut "
     "off; the source treats truncation as termination (no bootstrap)"
 )
+
+
+def rl_zoo_entry(
+    *, mean: float, std: float, evaluated: str, deviations: tuple[str, ...] = (), **fields: Any
+) -> Entry:
+    """One row of rl-zoo's benchmark.md: one trained agent's mean ± std over its evaluation
+    episodes (``evaluated``: how many, in how many steps), under what every rl-zoo entry
+    shares; ``deviations`` are the entry's own, before the shared ones."""
+    return Entry(
+        source=RL_ZOO,
+        url=RL_ZOO_URL,
+        published=Published(f"{mean:.3f} ± {std:.3f}", mean, std, RL_ZOO_SPREAD),
+        evaluation=f"deterministic, {evaluated}; {DETERMINISTIC_EVAL}",
+        return_convention=RL_ZOO_RETURN,
+        source_seeds=1,
+        deviations=(*deviations, EVAL_DEVIATION, SEED_DEVIATION),
+        **fields,
+    )

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-from hybrid.reproduce.entries._sources import (
-    DETERMINISTIC_EVAL,
-    EVAL_DEVIATION,
-    RL_ZOO,
-    RL_ZOO_RETURN,
-    RL_ZOO_SPREAD,
-    RL_ZOO_URL,
-    SEED_DEVIATION,
-)
+from hybrid.reproduce.entries._sources import rl_zoo_entry
 from hybrid.reproduce.entries.rlzoo_a2c_cartpole import A2C_ZOO
-from hybrid.reproduce.entry import Entry, Published
 
-ENTRY = Entry(
+ENTRY = rl_zoo_entry(
+    mean=-83.353,
+    std=17.213,
+    evaluated="1,778 episodes (149,979 steps)",
     name="rlzoo-a2c-acrobot",
     title="A2C, Acrobot-v1 (rl-zoo)",
-    source=RL_ZOO,
-    url=RL_ZOO_URL,
-    published=Published("-83.353 ± 17.213", -83.353, 17.213, RL_ZOO_SPREAD),
     env_id="Acrobot-v1",
     source_env_id="Acrobot-v1",
     budget=500_000,
     parallel_envs="16 (hybrid: sync, 2 workers x 8 envs)",
-    evaluation="deterministic, 1,778 episodes (149,979 steps); " + DETERMINISTIC_EVAL,
-    return_convention=RL_ZOO_RETURN,
-    source_seeds=1,
     # rl-zoo: normalize: true (VecNormalize of observations and rewards), 16 envs, ent 0.
     config={
         "env": "Acrobot-v1",
@@ -38,7 +26,5 @@ ENTRY = Entry(
     deviations=(
         "observation normalization statistics are global state updated from every "
         "worker's rollouts (VecNormalize's are one process's)",
-        EVAL_DEVIATION,
-        SEED_DEVIATION,
     ),
 )

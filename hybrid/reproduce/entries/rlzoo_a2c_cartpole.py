@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from hybrid.reproduce.entries._sources import (
-    DETERMINISTIC_EVAL,
-    EVAL_DEVIATION,
-    RL_ZOO,
-    RL_ZOO_RETURN,
-    RL_ZOO_SPREAD,
-    RL_ZOO_URL,
-    SEED_DEVIATION,
-)
-from hybrid.reproduce.entry import Entry, Published
+from hybrid.reproduce.entries._sources import rl_zoo_entry
 
 # SB3's A2C defaults with rl-zoo's row: 8 envs x 5 steps, RMSprop 7e-4 (alpha 0.99, eps
 # 1e-5), gamma 0.99, no GAE (lambda 1), ent_coef 0, vf_coef 0.5, grad norm 0.5. sync with
@@ -35,22 +26,16 @@ A2C_ZOO = {
     "eval_episodes": 10,
 }
 
-ENTRY = Entry(
+ENTRY = rl_zoo_entry(
+    mean=500.0,
+    std=0.0,
+    evaluated="300 episodes (150,000 steps)",
     name="rlzoo-a2c-cartpole",
     title="A2C, CartPole-v1 (rl-zoo)",
-    source=RL_ZOO,
-    url=RL_ZOO_URL,
-    published=Published("500.000 ± 0.000", 500.0, 0.0, RL_ZOO_SPREAD),
     env_id="CartPole-v1",
     source_env_id="CartPole-v1",
     budget=500_000,
     parallel_envs="8 (hybrid: sync, 2 workers x 4 envs, one averaged gradient)",
-    evaluation="deterministic, 300 episodes (150,000 steps); " + DETERMINISTIC_EVAL,
-    return_convention=RL_ZOO_RETURN,
-    source_seeds=1,
     config={"env": "CartPole-v1", **A2C_ZOO},
-    deviations=(
-        EVAL_DEVIATION,
-        SEED_DEVIATION,
-    ),
+    deviations=(),
 )

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-from hybrid.reproduce.entries._sources import (
-    DETERMINISTIC_EVAL,
-    EVAL_DEVIATION,
-    RL_ZOO,
-    RL_ZOO_RETURN,
-    RL_ZOO_SPREAD,
-    RL_ZOO_URL,
-    SEED_DEVIATION,
-)
+from hybrid.reproduce.entries._sources import rl_zoo_entry
 from hybrid.reproduce.entries.rlzoo_a2c_cartpole import A2C_ZOO
-from hybrid.reproduce.entry import Entry, Published
 
 LUNAR_V3 = (
     "the source ran LunarLander-v2; Gymnasium 1.x has only v3, which resets the wind and "
@@ -22,19 +13,16 @@ LUNAR_V3 = (
     "not bit for bit"
 )
 
-ENTRY = Entry(
+ENTRY = rl_zoo_entry(
+    mean=155.751,
+    std=80.419,
+    evaluated="297 episodes (149,443 steps)",
     name="rlzoo-a2c-lunarlander",
     title="A2C, LunarLander (rl-zoo, v2 -> v3)",
-    source=RL_ZOO,
-    url=RL_ZOO_URL,
-    published=Published("155.751 ± 80.419", 155.751, 80.419, RL_ZOO_SPREAD),
     env_id="LunarLander-v3",
     source_env_id="LunarLander-v2",
     budget=200_000,
     parallel_envs="8 (hybrid: sync, 2 workers x 4 envs)",
-    evaluation="deterministic, 297 episodes (149,443 steps); " + DETERMINISTIC_EVAL,
-    return_convention=RL_ZOO_RETURN,
-    source_seeds=1,
     # rl-zoo: 8 envs x 5 steps, gamma 0.995, lr lin_0.00083, ent_coef 1e-5.
     config={
         "env": "LunarLander-v3",
@@ -44,5 +32,5 @@ ENTRY = Entry(
         "lr_schedule": "linear",
         "ent_coef": 1e-5,
     },
-    deviations=(LUNAR_V3, EVAL_DEVIATION, SEED_DEVIATION),
+    deviations=(LUNAR_V3,),
 )

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-from hybrid.reproduce.entries._sources import (
-    DETERMINISTIC_EVAL,
-    EVAL_DEVIATION,
-    RL_ZOO,
-    RL_ZOO_RETURN,
-    RL_ZOO_SPREAD,
-    RL_ZOO_URL,
-    SEED_DEVIATION,
-)
+from hybrid.reproduce.entries._sources import rl_zoo_entry
 from hybrid.reproduce.entries.rlzoo_a2c_cartpole import A2C_ZOO
-from hybrid.reproduce.entry import Entry, Published
 
-ENTRY = Entry(
+ENTRY = rl_zoo_entry(
+    mean=-162.965,
+    std=103.210,
+    evaluated="750 episodes (150,000 steps)",
     name="rlzoo-a2c-pendulum",
     title="A2C, Pendulum-v1 (rl-zoo)",
-    source=RL_ZOO,
-    url=RL_ZOO_URL,
-    published=Published("-162.965 ± 103.210", -162.965, 103.210, RL_ZOO_SPREAD),
     env_id="Pendulum-v1",
     source_env_id="Pendulum-v1",
     budget=1_000_000,
     parallel_envs="8 (hybrid: sync, 2 workers x 4 envs)",
-    evaluation="deterministic, 750 episodes (150,000 steps); " + DETERMINISTIC_EVAL,
-    return_convention=RL_ZOO_RETURN,
-    source_seeds=1,
     # rl-zoo's "almost tuned" Pendulum A2C: 8 envs x 8 steps, lambda 0.9, vf_coef 0.4,
     # RMSprop lin_7e-4, normalize, log_std_init -2, no advantage normalization, gSDE.
     config={
@@ -44,7 +32,5 @@ ENTRY = Entry(
         "no generalized state-dependent exploration (gSDE): hybrid's Gaussian policy has a "
         "state-independent log std (--state-dependent-std makes it a network output, not "
         "gSDE's noise matrix)",
-        EVAL_DEVIATION,
-        SEED_DEVIATION,
     ),
 )

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-from hybrid.reproduce.entries._sources import (
-    DETERMINISTIC_EVAL,
-    EVAL_DEVIATION,
-    RL_ZOO,
-    RL_ZOO_RETURN,
-    RL_ZOO_SPREAD,
-    RL_ZOO_URL,
-    SEED_DEVIATION,
-)
+from hybrid.reproduce.entries._sources import rl_zoo_entry
 from hybrid.reproduce.entries.rlzoo_a2c_lunarlander import LUNAR_V3
-from hybrid.reproduce.entry import Entry, Published
 
 # One PPO learner, as SB3's: a single worker holds all 16 envs x 1024 steps and takes
 # 4 epochs of 256 minibatches of 64 on its local Adam (3e-4, SB3's default), sending Δ to a
@@ -36,19 +27,16 @@ PPO_SB3 = {
     "eval_episodes": 10,
 }
 
-ENTRY = Entry(
+ENTRY = rl_zoo_entry(
+    mean=242.119,
+    std=31.823,
+    evaluated="369 episodes (149,636 steps)",
     name="rlzoo-ppo-lunarlander",
     title="PPO, LunarLander (rl-zoo, v2 -> v3)",
-    source=RL_ZOO,
-    url=RL_ZOO_URL,
-    published=Published("242.119 ± 31.823", 242.119, 31.823, RL_ZOO_SPREAD),
     env_id="LunarLander-v3",
     source_env_id="LunarLander-v2",
     budget=1_000_000,
     parallel_envs="16 (hybrid: one worker x 16 envs x 1024 steps)",
-    evaluation="deterministic, 369 episodes (149,636 steps); " + DETERMINISTIC_EVAL,
-    return_convention=RL_ZOO_RETURN,
-    source_seeds=1,
     config={
         "env": "LunarLander-v3",
         **PPO_SB3,
@@ -61,5 +49,5 @@ ENTRY = Entry(
         "gae_lambda": 0.98,
         "ent_coef": 0.01,
     },
-    deviations=(LUNAR_V3, EVAL_DEVIATION, SEED_DEVIATION),
+    deviations=(LUNAR_V3,),
 )
