@@ -13,6 +13,7 @@ predecessor to resume from.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pickle
 import re
@@ -56,17 +57,17 @@ def to_plain(value: Any) -> Any:
 
 
 def from_plain(value: Any) -> Any:
+    """Undo ``to_plain``; a damaged marker (``__tuple__`` that is no list, an object
+    array whose shape does not fit its items) is a CheckpointError."""
     if isinstance(value, dict):
         if "__ndarray__" in value:
             return _array_from_plain(value)
         if "__objects__" in value:
-            out = np.empty(len(value["__objects__"]), dtype=object)
-            out[:] = [from_plain(v) for v in value["__objects__"]]
-            return out.reshape(value["shape"])
+            return _objects_from_plain(value)
         if "__generator__" in value:
             return _generator_from_plain(value["__generator__"])
         if "__tuple__" in value:
-            return tuple(from_plain(v) for v in value["__tuple__"])
+            return tuple(from_plain(v) for v in items(value["__tuple__"], "a tuple"))
         return {k: from_plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [from_plain(v) for v in value]
@@ -97,14 +98,29 @@ def _generator_from_plain(state: Any) -> np.random.Generator:
             f"a random generator's state names the bit generator {str(name)[:80]!r}; "
             f"only numpy's own are restored ({allowed})"
         )
-    bit_generator = cls()
+    generator = np.random.Generator(cls())
+    set_generator_state(generator.bit_generator, state, "a random generator")
+    return generator
+
+
+def set_generator_state(bit_generator: np.random.BitGenerator, state: Any, where: str) -> None:
+    """Set ``bit_generator``'s state from a checkpoint; a state numpy refuses (wrong
+    generator, missing keys, a 400-digit seed) is a CheckpointError naming ``where``."""
     try:
         bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise CheckpointError(
-            f"a random generator's {name} state is malformed ({_first_line(exc)})"
-        ) from None
-    return np.random.Generator(bit_generator)
+        name = type(bit_generator).__name__
+        raise CheckpointError(f"{where}: not a {name} state ({_first_line(exc)})") from None
+
+
+def _objects_from_plain(value: dict[str, Any]) -> np.ndarray:
+    objects = items(value["__objects__"], "an object array")
+    shape = counts(value.get("shape"), "an object array's shape")
+    if math.prod(shape) != len(objects):
+        raise invalid("an object array's shape", f"one that holds {len(objects)} items", shape)
+    out = np.empty(len(objects), dtype=object)
+    out[:] = [from_plain(v) for v in objects]
+    return out.reshape(shape)
 
 
 def _array_from_plain(value: dict[str, Any]) -> np.ndarray:
@@ -129,6 +145,144 @@ def _array_from_plain(value: dict[str, Any]) -> np.ndarray:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
+# --- validating what a checkpoint holds ------------------------------------------------------
+# A checkpoint is read from disk: damaged, edited or made by someone else. Each structure
+# in it is checked where it is read, with these, so that a wrong type, size or missing key
+# is one line naming its place ("loop.stats.env_steps: expected ...") instead of a
+# traceback deep in the run or, worse, a resume that silently continues from nonsense.
+
+LARGEST_COUNT = 2**62
+"""The largest step, version, offset or counter a checkpoint may hold. The loop itself
+writes 2**62 as "never" (checkpoints turned off); anything larger is damage, not a run."""
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a one-line message: a tensor by its shape, anything else shortened."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**18:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def invalid(where: str, expected: str, found: Any) -> CheckpointError:
+    """The error for a value of the wrong kind: where it is, what fits, what was found."""
+    return CheckpointError(f"{where}: expected {expected}, found {_shown(found)}")
+
+
+def entry(table_: Any, key: str, where: str) -> Any:
+    """``table_[key]``; a missing key (or no table at all) names its place."""
+    if not isinstance(table_, dict):
+        raise invalid(where, "a table", table_)
+    if key not in table_:
+        raise CheckpointError(f"{where}.{key}: missing")
+    return table_[key]
+
+
+def table(value: Any, where: str) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise invalid(where, "a table", value)
+    return value
+
+
+def items(value: Any, where: str, length: int | None = None) -> list[Any]:
+    """A list (or tuple) of ``length`` items when given."""
+    if not isinstance(value, list | tuple):
+        raise invalid(where, "a list", value)
+    if length is not None and len(value) != length:
+        raise invalid(where, f"a list of {length} items", value)
+    return list(value)
+
+
+def count(value: Any, where: str) -> int:
+    """A whole number from 0 to LARGEST_COUNT (True is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LARGEST_COUNT:
+        raise invalid(where, "a whole number from 0 to 2**62", value)
+    return value
+
+
+def real(value: Any, where: str, minimum: float | None = None, finite: bool = True) -> float:
+    """A finite number (``minimum`` or more when given); ``finite=False`` also lets nan and
+    ±inf through (what an environment reported, not a counter the run relies on)."""
+    fits = isinstance(value, int | float) and not isinstance(value, bool)
+    if fits and isinstance(value, int):
+        fits = abs(value) <= 2**1023  # float() of a larger integer overflows
+    if fits and finite:
+        fits = math.isfinite(value) and (minimum is None or value >= minimum)
+    if not fits:
+        bound = f" ≥ {minimum:g}" if minimum is not None else ""
+        raise invalid(where, f"a finite number{bound}" if finite else "a number", value)
+    return float(value)
+
+
+def reals(value: Any, where: str, finite: bool = True) -> list[float]:
+    return [real(v, f"{where}[{i}]", finite=finite) for i, v in enumerate(items(value, where))]
+
+
+def counts(value: Any, where: str) -> list[int]:
+    return [count(v, f"{where}[{i}]") for i, v in enumerate(items(value, where))]
+
+
+def tensor(value: Any, where: str, numel: int | None = None) -> torch.Tensor:
+    """A floating-point tensor of ``numel`` entries when given."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        raise invalid(where, "a floating-point tensor", value)
+    if numel is not None and value.numel() != numel:
+        raise invalid(where, f"{numel} numbers", value)
+    return value
+
+
+def plain_data(value: Any, where: str, depth: int = 0) -> None:
+    """JSON-like data only (what config.json can hold): no tensors, nothing nested deep."""
+    if depth > 8:
+        raise CheckpointError(f"{where}: nested deeper than a config is")
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if not isinstance(key, str):
+                raise invalid(where, "names (text) as keys", key)
+            plain_data(inner, f"{where}.{key}", depth + 1)
+    elif isinstance(value, list | tuple):
+        for i, inner in enumerate(value):
+            plain_data(inner, f"{where}[{i}]", depth + 1)
+    elif value is not None and not isinstance(value, bool | int | float | str):
+        raise invalid(where, "a setting (text, number, true/false, list or table)", value)
+
+
+def check_state(state: dict[str, Any]) -> None:
+    """The parts of a checkpoint every run writes (``Training.checkpoint``): their kinds
+    and sizes. The components' own states (scheduler, learner, runtime, applier) are
+    checked by each where it loads them; the loop's counters by the loop."""
+    if state.get("format") != 1:
+        raise invalid("format", "1 (the only checkpoint format)", state.get("format"))
+    if "config" in state:  # older checkpoints do not record it
+        plain_data(table(state["config"], "config"), "config")
+    model = table(entry(state, "global_model", "checkpoint"), "global_model")
+    params = entry(model, "params", "global_model")
+    tensor(params, "global_model.params")
+    if params.dim() != 1:
+        raise invalid("global_model.params", "a flat vector", params)
+    count(entry(model, "version", "global_model"), "global_model.version")
+    table(entry(model, "optimizer", "global_model"), "global_model.optimizer")
+    for key in ("scheduler", "runtime", "loop", "logs"):
+        table(entry(state, key, "checkpoint"), key)
+    entry(state, "learner", "checkpoint")  # its learner checks its contents (None: no state)
+    logs = state["logs"]  # Tracker.offsets: each log's length in bytes and in rows
+    for name in LOGS:
+        count(entry(logs, name, "logs"), f"logs.{name}")
+    if "rows" in logs:  # older checkpoints count the rows again
+        for name, rows in table(logs["rows"], "logs.rows").items():
+            count(rows, f"logs.rows.{name}")
+    if "applier" in state:  # older checkpoints have none
+        table(state["applier"], "applier")
+    if "scheduler_rng" in state:  # older checkpoints have none
+        table(state["scheduler_rng"], "scheduler_rng")
+    for i, pair in enumerate(
+        items(entry(state, "scheduler_buffer", "checkpoint"), "scheduler_buffer")
+    ):
+        items(pair, f"scheduler_buffer[{i}]", length=2)
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -240,13 +394,19 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def load_latest(run_dir: Path) -> tuple[Path, dict[str, Any]]:
-    """The newest loadable checkpoint; a damaged newest one is reported with its predecessor."""
+    """The newest loadable checkpoint, its structures checked (``check_state``); a damaged
+    newest one is reported with its predecessor."""
     candidates = list_checkpoints(run_dir)
     if not candidates:
         raise CheckpointError(f"resume: {str(run_dir)!r} holds no checkpoint")
     newest = candidates[-1]
     try:
-        return newest, load(newest)
+        state = load(newest)
+        try:
+            check_state(from_plain(state))
+        except CheckpointError as exc:
+            raise CheckpointError(f"{newest}: {exc}") from None
+        return newest, state
     except CheckpointError as exc:
         if len(candidates) < 2:
             raise
@@ -283,16 +443,47 @@ def update_to_state(update: Any) -> dict[str, Any]:
     return to_plain(state)
 
 
-def update_from_state(state: dict[str, Any]) -> Any:
+def update_from_state(state: dict[str, Any], where: str = "an update in flight") -> Any:
+    """The ``Update`` ``update_to_state`` wrote; one that is damaged (a field missing or of
+    the wrong kind, a field no update has) is a CheckpointError naming ``where``."""
     from hybrid.protocol import Payload, Update
 
-    values = from_plain(state)
+    values = table(from_plain(state), where)
+    known = {f.name for f in dataclasses.fields(Update)}
+    unknown = sorted(str(key) for key in values if key not in known)
+    if unknown:
+        raise CheckpointError(f"{where}: holds {', '.join(unknown)[:80]}, which no update has")
+    for key in ("worker_id", "base_version", "env_steps"):
+        count(entry(values, key, where), f"{where}.{key}")
+    kinds = [kind.value for kind in Payload]
+    if values.get("kind") not in kinds:
+        raise invalid(f"{where}.kind", f"one of {', '.join(kinds)}", values.get("kind"))
     values["kind"] = Payload(values["kind"])
-    payload = values["payload"]
+    for key in ("nbytes", "task_index"):
+        if key in values:
+            count(values[key], f"{where}.{key}")
+    for key in ("cost_s", "started_s", "upload_s"):
+        if key in values:
+            real(values[key], f"{where}.{key}")
+    if "episode_returns" in values:
+        reals(values["episode_returns"], f"{where}.episode_returns", finite=False)
+    if "episode_lengths" in values:
+        counts(values["episode_lengths"], f"{where}.episode_lengths")
+    if "stats" in values:
+        table(values["stats"], f"{where}.stats")
+    if values.get("staleness") is not None:
+        count(values["staleness"], f"{where}.staleness")
+    payload = entry(values, "payload", where)
     if isinstance(payload, dict) and "__dataclass__" in payload:
         name = payload["__dataclass__"]
-        cls = PAYLOAD_DATACLASSES.get(name)
+        cls = PAYLOAD_DATACLASSES.get(name) if isinstance(name, str) else None
         if cls is None:
-            raise CheckpointError(f"an update in flight has a payload of unknown type {name!r}")
-        values["payload"] = cls(**payload["fields"])
+            raise CheckpointError(f"{where} has a payload of unknown type {str(name)[:80]!r}")
+        fields = table(payload.get("fields"), f"{where}.payload.fields")
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(fields) != names:
+            raise CheckpointError(
+                f"{where}.payload.fields: a {name} has {', '.join(sorted(names))[:120]}"
+            )
+        values["payload"] = cls(**fields)
     return Update(**values)

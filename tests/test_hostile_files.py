@@ -25,6 +25,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -516,19 +517,109 @@ def test_a_checkpoint_whose_pickle_underflows_is_corrupt_not_a_traceback(tmp_pat
         load(path)
 
 
-def test_a_checkpoint_with_a_number_where_a_table_was_is_a_one_line_refusal(
-    checkpointed_run, tmp_path
-) -> None:
-    """The loop's staleness histogram replaced by a number: AttributeError on restore."""
+def _resume_with(checkpointed_run: Path, tmp_path: Path, edit: Callable[[dict], Any]) -> None:
+    """Resume a copy of ``checkpointed_run`` whose newest checkpoint ``edit`` changed."""
     run = tmp_path / "run"
     shutil.copytree(checkpointed_run, run)
     (run / "summary.json").unlink()
     newest = list_checkpoints(run)[-1]
     state = torch.load(newest, weights_only=True)
-    state["loop"]["stats"]["staleness"] = 0.5
+    edit(state)
     torch.save(state, newest)
-    with pytest.raises(ConfigError, match=r"^resume: the checkpoint does not fit config\.json"):
-        hybrid.train(resume=str(run))
+    hybrid.train(resume=str(run))
+
+
+def _set(path: str, value: Any) -> Callable[[dict], None]:
+    """An edit that puts ``value`` at ``path`` (keys joined by "/") of a checkpoint's state."""
+    *parents, last = path.split("/")
+
+    def edit(state: dict) -> None:
+        node = state
+        for key in parents:
+            node = node[key]
+        node[last] = value
+
+    return edit
+
+
+def _delete(path: str) -> Callable[[dict], None]:
+    *parents, last = path.split("/")
+
+    def edit(state: dict) -> None:
+        node = state
+        for key in parents:
+            node = node[key]
+        del node[last]
+
+    return edit
+
+
+HOSTILE_CHECKPOINTS = {
+    # each was a traceback (or a multi-line message) once; the comment says where
+    "the staleness histogram a number (AttributeError in the loop's restore)": (
+        _set("loop/stats/staleness", 0.5),
+        r"loop\.stats\.staleness: expected a table, found 0\.5$",
+    ),
+    "a staleness count None (TypeError in the summary, after the run)": (
+        _set("loop/stats/staleness", {0: 4, 1: None}),
+        r"loop\.stats\.staleness\.1: expected a whole number from 0 to 2\*\*62, found None$",
+    ),
+    "the last evaluation an empty pair (IndexError at the run's end)": (
+        _set("loop/last_eval", {"__tuple__": []}),
+        r"loop\.last_eval: expected a list of 2 items, found \(\)$",
+    ),
+    "the runtime's busy flags missing (KeyError in the serial runtime)": (
+        _delete("runtime/busy"),
+        r"runtime\.busy: missing$",
+    ),
+    "the runtime's clock not a number (a silently wrong clock)": (
+        _set("runtime/clock", float("nan")),
+        r"runtime\.clock: expected a finite number ≥ 0, found nan$",
+    ),
+    "a 400-digit random state (OverflowError setting the scheduler's generator)": (
+        _set("scheduler_rng/state/state", 10**400),
+        r"scheduler_rng: not a PCG64 state \(",
+    ),
+    "a tensor where config.json has text (RuntimeError, or a message of many lines)": (
+        _set("config/env", torch.zeros(3, 3)),
+        r"config\.env: expected a setting .*, found a torch\.float32 tensor of shape \(3, 3\)",
+    ),
+    "a log offset missing (KeyError in the tracker's truncate)": (
+        _delete("logs/metrics.jsonl"),
+        r"logs\.metrics\.jsonl: missing",
+    ),
+    "a log offset of 400 digits (OverflowError truncating the log)": (
+        _set("logs/spans.jsonl", 10**400),
+        r"logs\.spans\.jsonl: expected a whole number from 0 to 2\*\*62, found an integer "
+        r"of 401 digits",
+    ),
+    "the model's version text (a resume whose version is silently wrong or a TypeError)": (
+        _set("global_model/version", "40"),
+        r"global_model\.version: expected a whole number from 0 to 2\*\*62, found '40'",
+    ),
+    "a tuple marker that holds no list (TypeError in from_plain)": (
+        _set("loop/last_eval", {"__tuple__": 5}),
+        r"a tuple: expected a list, found 5",
+    ),
+    "the training seconds infinite (a silently wrong summary)": (
+        _set("loop/train_s_before", float("inf")),
+        r"loop\.train_s_before: expected a finite number ≥ 0, found inf$",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CHECKPOINTS))
+def test_a_hostile_checkpoint_found_by_the_suite_is_a_one_line_refusal(
+    case: str, checkpointed_run: Path, tmp_path: Path
+) -> None:
+    """The checkpoints the full-size suite ended in tracebacks on, each written out: refused
+    before the run starts, in one line that names the damaged field."""
+    edit, message = HOSTILE_CHECKPOINTS[case]
+    with pytest.raises(ConfigError, match=r"^resume: ") as refused:
+        _resume_with(checkpointed_run, tmp_path, edit)
+    assert "\n" not in str(refused.value)
+    assert re.search(message, str(refused.value)), str(refused.value)
+    assert not (tmp_path / "run" / "summary.json").exists()
 
 
 def test_a_sweep_file_that_is_not_utf8_is_a_sweep_error(tmp_path) -> None:

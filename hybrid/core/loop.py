@@ -533,23 +533,40 @@ class Training:
         """Continue from a checkpoint; ``changed`` names the resumable fields that differ
         from the config it was written under (their cadences start again from here)."""
         try:
+            # the file's structures are checked before anything is restored from them; a
+            # hostile or damaged file is refused in one line naming the first wrong value
+            # (checkpoint.load_latest checked the parts every run writes)
             state = from_plain(state)
-        except checkpoint.CheckpointError as exc:  # a hostile or damaged file: one line
-            raise ConfigError(f"resume: {exc}") from None
+            loop_state = loop_state_from_checkpoint(state["loop"])
+            buffer = [
+                (
+                    update_from_state(u, f"scheduler_buffer[{i}][0]"),
+                    checkpoint.count(s, f"scheduler_buffer[{i}][1]"),
+                )
+                for i, (u, s) in enumerate(state["scheduler_buffer"])
+            ]
+        except checkpoint.CheckpointError as exc:
+            raise ConfigError(f"resume: the checkpoint's {exc}") from None
         try:
             self._restore(state)
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
-            # a checkpoint that does not fit the components (an edited config.json)
+            # the components' own states: one that does not fit them (an edited config.json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
                 f"resume: the checkpoint does not fit config.json ({first[:160]}); "
                 "restore config.json"
             ) from None
-        # not under the catch above: a parallel runtime restarts its workers here, and their
-        # failures are the runtime's, not the config's (the worker count was checked before)
-        if state["runtime"]:
-            self.runtime.load_state_dict(state["runtime"])
-        self.tracker.truncate(state["logs"])
+        self.scheduler.buffer = buffer
+        self.state = loop_state
+        try:
+            # not under the catch above: a parallel runtime restarts its workers here, and
+            # their failures are the runtime's, not the config's (the worker count was
+            # checked before); a runtime or log state that is damaged is still one line
+            if state["runtime"]:
+                self.runtime.load_state_dict(state["runtime"])
+            self.tracker.truncate(state["logs"])
+        except checkpoint.CheckpointError as exc:
+            raise ConfigError(f"resume: the checkpoint's {exc}") from None
         st, settings = self.state, self.settings
         changed = changed or {}
         if "log_every" in changed:
@@ -568,18 +585,96 @@ class Training:
         self.global_model.load_state_dict(state["global_model"])
         self.scheduler.load_state_dict(state["scheduler"])
         if "scheduler_rng" in state:  # checkpoints from before the scheduler had one
-            self.scheduler.rng.bit_generator.state = state["scheduler_rng"]
-        self.scheduler.buffer = [(update_from_state(u), s) for u, s in state["scheduler_buffer"]]
+            checkpoint.set_generator_state(
+                self.scheduler.rng.bit_generator, state["scheduler_rng"], "scheduler_rng"
+            )
         self.learner.load_state_dict(state["learner"])
         self.applier.load_state_dict(state.get("applier", {}))
-        loop = dict(state["loop"])
-        stats = RunStats(**loop.pop("stats"))
-        stats.rejected = Counter(stats.rejected)
-        stats.staleness = Counter({int(k): v for k, v in stats.staleness.items()})
-        last_eval = loop.pop("last_eval")
-        self.state = LoopState(
-            stats, **loop, last_eval=tuple(last_eval) if last_eval is not None else None
+
+
+def loop_state_from_checkpoint(loop: dict[str, Any]) -> LoopState:
+    """The loop's counters as a checkpoint holds them (``Training._loop_state``), checked.
+
+    Counts are whole numbers from 0 to 2**62, seconds finite and ≥ 0, windows lists of
+    numbers. Every field is required (each checkpoint format has written them all), except
+    ``task_settings``, which older checkpoints lack: a counter that went missing would
+    silently start again from zero."""
+    check = checkpoint
+    unknown = sorted(str(k) for k in loop if k not in LOOP_STATE_FIELDS)
+    if unknown:
+        raise check.CheckpointError(f"loop: holds {', '.join(unknown)[:80]}, not a loop counter")
+    raw = check.table(check.entry(loop, "stats", "loop"), "loop.stats")
+    unknown = sorted(str(k) for k in raw if k not in RUN_STATS_FIELDS)
+    if unknown:
+        raise check.CheckpointError(f"loop.stats: holds {', '.join(unknown)[:80]}, not a counter")
+
+    def stat(name: str) -> Any:
+        return check.entry(raw, name, "loop.stats")
+
+    def numbers(name: str) -> list[float]:  # what episodes and losses were: nan is data
+        return check.reals(stat(name), f"loop.stats.{name}", finite=False)
+
+    rejected = check.table(stat("rejected"), "loop.stats.rejected")
+    histogram = check.table(stat("staleness"), "loop.stats.staleness")
+    losses = check.table(stat("window_losses"), "loop.stats.window_losses")
+    stats = RunStats(
+        **{
+            name: check.count(stat(name), f"loop.stats.{name}")
+            for name in ("env_steps", "received", "dropped", "bytes_up", "bytes_down")
+        },
+        rejected=Counter(
+            {str(k): check.count(v, f"loop.stats.rejected.{k}") for k, v in rejected.items()}
+        ),
+        staleness=Counter(
+            {
+                check.count(k, "loop.stats.staleness (a staleness)"): check.count(
+                    v, f"loop.stats.staleness.{k}"
+                )
+                for k, v in histogram.items()
+            }
+        ),
+        window_returns=numbers("window_returns"),
+        window_lengths=check.counts(stat("window_lengths"), "loop.stats.window_lengths"),
+        window_losses={
+            str(name): check.reals(values, f"loop.stats.window_losses.{name}", finite=False)
+            for name, values in losses.items()
+        },
+        window_staleness=check.counts(stat("window_staleness"), "loop.stats.window_staleness"),
+        window_grad_norms=numbers("window_grad_norms"),
+    )
+
+    def field(name: str) -> Any:
+        return check.entry(loop, name, "loop")
+
+    last_eval = field("last_eval")
+    if last_eval is not None:
+        env_steps, mean_return = check.items(last_eval, "loop.last_eval", length=2)
+        last_eval = (
+            check.count(env_steps, "loop.last_eval[0]"),
+            check.real(mean_return, "loop.last_eval[1]", finite=False),
         )
+    solved_at = field("solved_at")
+    task_settings = check.table(loop.get("task_settings", {}), "loop.task_settings")
+    return LoopState(
+        stats,
+        **{
+            name: check.count(field(name), f"loop.{name}")
+            for name in ("next_log", "next_eval", "next_checkpoint", "nonfinite_streak")
+        },
+        solved_at=None if solved_at is None else check.count(solved_at, "loop.solved_at"),
+        last_eval=last_eval,
+        train_s_before=check.real(field("train_s_before"), "loop.train_s_before", 0.0),
+        task_settings={
+            check.count(w, "loop.task_settings (a worker id)"): check.table(
+                s, f"loop.task_settings.{w}"
+            )
+            for w, s in task_settings.items()
+        },
+    )
+
+
+LOOP_STATE_FIELDS = {f.name for f in dataclasses.fields(LoopState)}
+RUN_STATS_FIELDS = {f.name for f in dataclasses.fields(RunStats)}
 
 
 def staleness(update: Update, version: int) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hybrid import checkpoint as check
 from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.core.worker import (
     Worker,
@@ -225,15 +226,53 @@ class SerialRuntime(RuntimeDefaults):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.clock = float(state["clock"])
-        self.busy = [bool(b) for b in state["busy"]]
-        self.busy_until = {int(w): float(t) for w, t in state.get("busy_until", [])}
+        """Continue from ``state_dict``'s; a damaged one (a field missing, of the wrong kind
+        or for another number of workers) is a CheckpointError naming the field."""
+        n = len(self.busy)  # the pool's workers (edge clients keep no worker object)
+        clock = check.real(check.entry(state, "clock", "runtime"), "runtime.clock", 0.0)
+        busy = check.items(check.entry(state, "busy", "runtime"), "runtime.busy", length=n)
+        if not all(isinstance(b, bool) for b in busy):
+            raise check.invalid("runtime.busy", "true or false per worker", busy)
+        busy_until = {}
+        for i, pair in enumerate(check.items(state.get("busy_until", []), "runtime.busy_until")):
+            where = f"runtime.busy_until[{i}]"
+            worker_id, until = check.items(pair, where, length=2)
+            if check.count(worker_id, f"{where}[0]") >= n:
+                raise check.invalid(f"{where}[0]", f"a worker id below {n}", worker_id)
+            busy_until[worker_id] = check.real(until, f"{where}[1]", 0.0)
+        sequence = check.count(check.entry(state, "sequence", "runtime"), "runtime.sequence")
+        queue = []
+        for i, task in enumerate(
+            check.items(check.entry(state, "queue", "runtime"), "runtime.queue")
+        ):
+            where = f"runtime.queue[{i}]"
+            finish, seq, update = check.items(task, where, length=3)
+            update = update_from_state(update, f"{where}[2]")
+            if update.worker_id >= n:
+                raise check.invalid(
+                    f"{where}[2].worker_id", f"a worker id below {n}", update.worker_id
+                )
+            queue.append(
+                (check.real(finish, f"{where}[0]", 0.0), check.count(seq, f"{where}[1]"), update)
+            )
+        jitter = check.items(
+            check.entry(state, "jitter", "runtime"), "runtime.jitter", length=len(self.cost.jitter)
+        )
+        if not all(isinstance(g, np.random.Generator) for g in jitter):
+            raise check.invalid("runtime.jitter", "a random generator per worker", jitter)
+        workers = check.items(
+            check.entry(state, "workers", "runtime"), "runtime.workers", length=len(self.workers)
+        )
+        for i, worker_state in enumerate(workers):
+            check.table(worker_state, f"runtime.workers[{i}]")
+
+        self.clock, self.busy, self.busy_until = clock, busy, busy_until
         self._reset_idle()
-        self._sequence = int(state["sequence"])
-        self._queue = [(t, seq, update_from_state(u)) for t, seq, u in state["queue"]]
+        self._sequence = sequence
+        self._queue = queue
         heapq.heapify(self._queue)
-        self.cost.jitter = list(state["jitter"])
-        for worker, worker_state in zip(self.workers, state["workers"], strict=True):
+        self.cost.jitter = jitter
+        for worker, worker_state in zip(self.workers, workers, strict=True):
             worker.load_state_dict(worker_state)
 
     def close(self) -> None:
