@@ -45,14 +45,25 @@ MODULE_TESTS: dict[str, list[str]] = {
     "hybrid/stats.py": ["tests/test_stats.py", "tests/test_analysis.py"],
     "hybrid/fedopt.py": ["tests/test_fedopt.py"],
     "hybrid/algorithms/vtrace.py": ["tests/test_vtrace.py"],
+    "hybrid/schedulers/gossip.py": ["tests/test_decentralized.py"],
+    "hybrid/schedulers/ad_psgd.py": ["tests/test_decentralized.py"],
+    "hybrid/schedulers/sgp.py": ["tests/test_decentralized.py"],
+    "hybrid/topology.py": ["tests/test_decentralized.py"],
+    "hybrid/aggregation.py": ["tests/test_aggregation.py"],
+    "hybrid/privacy.py": ["tests/test_privacy.py"],
 }
 """Each module and the test files that are its own. A file that does not exist (yet) is
 left out; a module with none is skipped and said so. Of each file only the unit tests run
 (``unit_tests``): a test that trains (``train(``, a subprocess, the ``tiny_config``
 fixture, the ``slow`` mark) would run once per mutant, for hours."""
 
-COPIED = ["hybrid", "tests", "examples", "federated", "multiagent", "pyproject.toml"]
-"""What the throw-away copy holds: the package, its plug-ins and the tests' fixtures."""
+COPIED = ["hybrid", "tests", "examples", "federated", "multiagent", "benchmarks", "pyproject.toml"]
+"""What the throw-away copy holds: the package, its plug-ins, the tests and what they
+load (fixtures, and the benchmarks whose configurations some unit tests validate)."""
+
+ALSO_COPIED = [f"{name}/" for name in COPIED if name not in ("hybrid", "tests", "pyproject.toml")]
+"""The folders mutmut is told to copy into its ``mutants/`` folder, where the tests run:
+it copies only the package and ``tests/`` unless told."""
 
 # mutmut's exit codes by outcome (mutmut.__main__.status_by_exit_code)
 KILLED, SURVIVED, NO_TESTS, TIMEOUT = "killed", "survived", "no tests", "timeout"
@@ -110,6 +121,7 @@ def mutmut_config(module: str, tests: list[str]) -> str:
         'source_paths = ["hybrid/"]\n'
         f"only_mutate = {toml_list([module])}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+        f"also_copy = {toml_list(ALSO_COPIED)}\n"
         # one process per mutant, plugins that reorder or parallelise tests off
         'pytest_add_cli_args = ["-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider", '
         '"-q", "-x", "-o", "addopts="]\n'
