@@ -26,6 +26,7 @@ from hybrid.schedulers.decentralized import MixingStep
 from hybrid.topology import (
     TOPOLOGIES,
     build_graph,
+    exponential_hops,
     exponential_push_matrix,
     mixing_matrix,
     spectral_gap,
@@ -439,3 +440,62 @@ def test_the_benchmark_runs_valid_configs_and_prints_its_table(monkeypatch):
     rows = [row | {"scheduler": "gossip-ring", "seed": s} for s in range(2)]
     text = bench.table(rows)
     assert "| serial | 4 | gossip-ring | 0/2 | ≥ 80.0" in text
+
+
+# --- each scheduler's settings and wiring, as mutation testing pins them ------------------------
+
+
+def test_gossip_settings_name_every_topology_and_take_a_degree_of_one_or_more():
+    with pytest.raises(ValueError, match="choose one of " + ", ".join(TOPOLOGIES) + "$"):
+        GossipSettings(topology="hypercube")
+    with pytest.raises(ValueError, match=r"^degree: 0 must be >= 1$"):
+        GossipSettings(topology="random-regular", degree=0)
+    assert GossipSettings(topology="random-regular", degree=1).degree == 1
+
+
+@pytest.mark.parametrize(("degree", "graph_seed"), [(4, 1), (5, 2)])
+def test_gossip_mixes_with_the_graph_its_settings_draw(degree, graph_seed):
+    settings = GossipSettings(
+        topology="random-regular", degree=degree, graph_seed=graph_seed, evaluate_replicas=True
+    )
+    gossip = Gossip(8, settings)
+    expected = mixing_matrix(build_graph("random-regular", 8, degree, graph_seed))
+    np.testing.assert_array_equal(gossip.w, expected)
+    assert gossip.spectral_gap == spectral_gap(expected)
+    assert gossip.evaluate_replicas is True
+    assert gossip.describe().startswith("gossip on a random-regular graph: 8 replicas")
+    for mix_first in (False, True):
+        gossip.settings.mix_first = mix_first
+        step = gossip.mixing(round_index=3)
+        assert step.mixing is gossip.w and step.mix_first is mix_first
+
+
+def test_sgp_settings_take_one_peer_or_more_and_a_delay_of_0_to_64_rounds():
+    with pytest.raises(ValueError, match=r"^peers: 0 must be >= 1$"):
+        SgpSettings(peers=0)
+    for delay in (-1, 65):
+        with pytest.raises(ValueError, match=rf"^delay: {delay} must be in \[0, 64\] rounds$"):
+            SgpSettings(delay=delay)
+    assert SgpSettings(peers=1, delay=0).delay == 0
+    assert SgpSettings(delay=64).delay == 64
+
+
+@pytest.mark.parametrize(("workers", "peers"), [(6, 1), (6, 2), (12, 3)])
+def test_sgp_spectral_gap_is_that_of_one_period_of_its_push_graph(workers, peers):
+    period = np.eye(workers)
+    for t in range(len(exponential_hops(workers))):
+        period = exponential_push_matrix(workers, t, peers) @ period
+    largest_first = sorted(np.abs(np.linalg.eigvals(period)), reverse=True)
+    sgp = Sgp(workers, SgpSettings(peers=peers, delay=3, evaluate_replicas=True))
+    assert sgp.spectral_gap == pytest.approx(1.0 - largest_first[1], abs=1e-12)
+    assert 0.0 < sgp.spectral_gap < 1.0  # not a power of 2: one period does not average
+    assert sgp.evaluate_replicas is True
+    assert sgp.describe() == (
+        f"sgp on the time-varying exponential graph ({peers} peer(s), delay 3): "
+        f"{workers} replicas, spectral gap {sgp.spectral_gap:.4f} over one period"
+    )
+    for round_index in (0, 1, 5):
+        step = sgp.mixing(round_index)
+        expected = exponential_push_matrix(workers, round_index, peers)
+        np.testing.assert_array_equal(step.mixing, expected)
+        assert step.push_sum is True and step.delay == 3
