@@ -264,6 +264,8 @@ def check_state(state: dict[str, Any]) -> None:
     tensor(params, "global_model.params")
     if params.dim() != 1:
         raise invalid("global_model.params", "a flat vector", params)
+    if not bool(torch.isfinite(params).all()):  # a run stops before it writes non-finite θ
+        raise CheckpointError("global_model.params: not all finite (nan or ±inf)")
     count(entry(model, "version", "global_model"), "global_model.version")
     table(entry(model, "optimizer", "global_model"), "global_model.optimizer")
     for key in ("scheduler", "runtime", "loop", "logs"):

@@ -597,6 +597,10 @@ HOSTILE_CHECKPOINTS = {
         _set("global_model/version", "40"),
         r"global_model\.version: expected a whole number from 0 to 2\*\*62, found '40'",
     ),
+    "θ of the right size but nan (a resume that diverges at once, not a refusal)": (
+        lambda state: state["global_model"]["params"].fill_(float("nan")),
+        r"global_model\.params: not all finite \(nan or ±inf\); the previous good",
+    ),
     "a tuple marker that holds no list (TypeError in from_plain)": (
         _set("loop/last_eval", {"__tuple__": 5}),
         r"a tuple: expected a list, found 5",
