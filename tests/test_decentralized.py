@@ -499,3 +499,71 @@ def test_sgp_spectral_gap_is_that_of_one_period_of_its_push_graph(workers, peers
         expected = exponential_push_matrix(workers, round_index, peers)
         np.testing.assert_array_equal(step.mixing, expected)
         assert step.push_sum is True and step.delay == 3
+
+
+@pytest.mark.parametrize(("degree", "graph_seed"), [(4, 1), (5, 2)])
+def test_ad_psgd_picks_from_the_graph_its_settings_draw_and_reports_its_expected_gap(
+    degree, graph_seed
+):
+    settings = AdPsgdSettings(
+        topology="random-regular", degree=degree, graph_seed=graph_seed, evaluate_replicas=True
+    )
+    scheduler = AdPsgd(8, settings)
+    graph = build_graph("random-regular", 8, degree, graph_seed)
+    assert scheduler.neighbours == [sorted(graph.neighbors(k)) for k in range(8)]
+    # E[P]: a worker drawn uniformly, then one of its neighbours uniformly
+    expected = sum(
+        pair_matrix(8, i, j) / (8 * len(peers))
+        for i, peers in enumerate(scheduler.neighbours)
+        for j in peers
+    )
+    assert scheduler.spectral_gap == pytest.approx(spectral_gap(expected), abs=1e-12)
+    assert scheduler.evaluate_replicas is True
+    assert scheduler.describe().startswith("ad-psgd on a random-regular graph: 8 replicas")
+    assert scheduler.describe().endswith("(expected mixing matrix)")
+
+
+def test_ad_psgd_counts_writes_per_replica_and_its_state_round_trips():
+    scheduler = AdPsgd(4, AdPsgdSettings(topology="ring"))
+    scheduler.bind(None, np.random.default_rng(0))  # type: ignore[arg-type]
+    assert scheduler.state_dict() == {
+        "changes": [0] * 4,
+        "read_at": [0] * 4,
+        "gossip_staleness": [],
+    }
+    assert scheduler.metrics()["sched/gossip_staleness_mean"] == 0.0
+    assert scheduler.metrics()["sched/gossip_staleness_max"] == 0.0
+    scheduler.ready([0, 1, 2, 3], 0)
+    scheduler.admit(Update(0, 0, torch.zeros(3), env_steps=1), 0)
+    step = scheduler.combine()
+    assert isinstance(step, MixingStep) and step.mix_first is True
+    assert [u.worker_id for u in step.updates] == [0] and not scheduler.buffer
+    partner = next(k for k in (1, 3) if step.mixing[0, k] == 0.5)
+    np.testing.assert_array_equal(step.mixing, pair_matrix(4, 0, partner))
+    changes = [0] * 4
+    changes[0], changes[partner] = 2, 1  # its average and own step; the partner's average
+    assert scheduler.state_dict()["changes"] == changes
+    # the partner's worker read before the average: gossip staleness 1; worker 0 then reads
+    # again and finishes with no write in between: 0
+    scheduler.admit(Update(partner, 0, torch.zeros(3), env_steps=1), 1)
+    second = scheduler.combine()
+    changes[partner] += 2
+    changes[next(k for k in range(4) if k != partner and second.mixing[partner, k] == 0.5)] += 1
+    scheduler.ready([0], 2)
+    assert scheduler.state_dict()["read_at"] == [changes[0], 0, 0, 0]
+    scheduler.admit(Update(0, 2, torch.zeros(3), env_steps=1), 0)
+    third = scheduler.combine()
+    changes[0] += 2
+    changes[next(k for k in range(4) if k != 0 and third.mixing[0, k] == 0.5)] += 1
+    state = scheduler.state_dict()
+    assert state["gossip_staleness"] == [0, 1, 0]
+    assert state["changes"] == changes
+    seen = state["gossip_staleness"]
+    metrics = scheduler.metrics()
+    assert metrics["sched/gossip_staleness_mean"] == pytest.approx(np.mean(seen))
+    assert metrics["sched/gossip_staleness_max"] == float(max(seen))
+    assert metrics["sched/spectral_gap"] == scheduler.spectral_gap
+    restored = AdPsgd(4, AdPsgdSettings(topology="ring"))
+    restored.load_state_dict(state)
+    assert restored.state_dict() == state
+    assert restored.metrics() == metrics
