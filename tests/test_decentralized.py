@@ -30,6 +30,7 @@ from hybrid.topology import (
     exponential_push_matrix,
     mixing_matrix,
     spectral_gap,
+    torus_shape,
 )
 
 
@@ -567,3 +568,61 @@ def test_ad_psgd_counts_writes_per_replica_and_its_state_round_trips():
     restored.load_state_dict(state)
     assert restored.state_dict() == state
     assert restored.metrics() == metrics
+
+
+def test_graphs_are_built_from_their_defaults_and_refuse_in_one_line():
+    default = build_graph("random-regular", 8)
+    assert sorted(default.edges) == sorted(build_graph("random-regular", 8, 3, 0).edges)
+    assert {d for _, d in default.degree} == {3}
+    assert sorted(build_graph("ring", 2).edges) == [(0, 1)]  # 2 replicas is the fewest
+    with pytest.raises(ConfigError, match=r"^workers: .* at least 2 replicas to mix; got 1$"):
+        build_graph("ring", 1)
+    with pytest.raises(ConfigError, match=r"^degree: no 8-regular graph on 8 workers exists"):
+        build_graph("random-regular", 8, degree=8)
+    with pytest.raises(ConfigError, match="choose one of " + ", ".join(TOPOLOGIES) + "$"):
+        build_graph("hypercube", 4)
+    with pytest.raises(
+        ConfigError,
+        match=r"^topology: the random-regular graph on 8 workers \(degree 1, seed 0\) is not "
+        r"connected, so the replicas would never agree; raise degree or choose another$",
+    ):
+        build_graph("random-regular", 8, degree=1)
+
+
+def test_a_torus_links_each_node_to_its_four_grid_neighbours():
+    assert torus_shape(12) == (3, 4)
+    assert torus_shape(10) == (2, 5)  # √10 → 3 does not divide 10; 2 does
+    with pytest.raises(
+        ConfigError, match=r"7 workers cannot be laid out so \(use ring or exponential\)$"
+    ):
+        torus_shape(7)
+    rows, cols = 3, 4
+    expected = set()
+    for r in range(rows):
+        for c in range(cols):
+            for dr, dc in ((0, 1), (1, 0)):
+                a, b = r * cols + c, ((r + dr) % rows) * cols + (c + dc) % cols
+                expected.add((min(a, b), max(a, b)))
+    assert {(min(e), max(e)) for e in build_graph("torus", 12).edges} == expected
+
+
+def test_exponential_hops_and_push_matrices_are_the_papers():
+    assert exponential_hops(2) == [1]
+    assert exponential_hops(5) == exponential_hops(8) == [1, 2, 4]
+    third = 1.0 / 3.0
+    for round_index, hops in ((0, (1, 2)), (1, (4, 1)), (2, (2, 4))):
+        expected = np.eye(8) * third
+        for sender in range(8):
+            for hop in hops:
+                expected[(sender + hop) % 8, sender] += third
+        push = exponential_push_matrix(8, round_index, peers=2)
+        np.testing.assert_allclose(push, expected)
+    # more peers than hops: a receiver gets its share once per slot; columns still sum to 1
+    np.testing.assert_allclose(
+        exponential_push_matrix(2, 0, peers=2), [[third, 2 * third], [2 * third, third]]
+    )
+
+
+def test_the_spectral_gap_is_one_minus_the_second_largest_eigenvalue_magnitude():
+    assert spectral_gap(np.diag([1.0, -0.6, 0.3])) == pytest.approx(0.4)
+    assert spectral_gap(np.diag([0.2, 1.0, 0.5, -0.1])) == pytest.approx(0.5)
