@@ -15,13 +15,16 @@ import pytest
 import torch
 
 from hybrid.aggregation import (
+    AGGREGATORS,
     AggregationSettings,
     aggregate,
     bound_norms,
     coordinate_median,
+    krum_scores,
     krum_selection,
     multi_krum,
     trimmed_mean,
+    weighted_mean,
 )
 from hybrid.config import TrainConfig
 from hybrid.errors import ConfigError
@@ -228,3 +231,99 @@ def test_fedbuff_takes_a_robust_rule_through_its_settings():
     assert s.combine().direction.tolist() == [3.0]
     with pytest.raises(ConfigError, match="krum_f: "):
         make_settings(fedbuff, {"buffer_size": "4", "aggregator": "krum", "krum_f": "1"})
+
+
+# --- the rules' edges and messages, as mutation testing pins them --------------------------------
+
+
+def test_aggregation_settings_take_their_lower_bounds_and_name_what_is_allowed():
+    assert AggregationSettings(aggregator="trimmed_mean", trim_beta=0.0).trim_beta == 0.0
+    assert AggregationSettings(aggregator="krum", krum_f=0).krum_f == 0
+    with pytest.raises(ConfigError, match="choose one of " + ", ".join(AGGREGATORS) + "$"):
+        AggregationSettings(aggregator="mode")
+    with pytest.raises(ConfigError, match=r"^krum_f: -1 must be >= 0$"):
+        AggregationSettings(krum_f=-1)
+    with pytest.raises(ConfigError, match=r"^krum_m: 0 must be >= 1$"):
+        AggregationSettings(krum_m=0)
+
+
+def test_client_counts_are_checked_for_krum_and_multi_krum_only():
+    multi = AggregationSettings(aggregator="multi_krum", krum_f=1, krum_m=4)
+    multi.check_clients(5)  # n - f = 4 rows to average: just enough
+    with pytest.raises(ConfigError, match=r"^krum_m: 5 is more than n - f = 4 \(n = 5 Δs"):
+        AggregationSettings(aggregator="multi_krum", krum_f=1, krum_m=5).check_clients(5)
+    with pytest.raises(ConfigError, match=r"^krum_f: 1 needs more than 2\*f\+2 = 4 Δs per .* 4$"):
+        AggregationSettings(aggregator="multi_krum", krum_f=1).check_clients(4)
+    AggregationSettings(aggregator="mean", krum_f=3, krum_m=9).check_clients(2)
+
+
+def test_weighted_mean_keeps_the_rows_dtype_and_refuses_bad_weights():
+    deltas = torch.tensor([[1.0, 2.0], [4.0, -1.0]], dtype=torch.float64)
+    mean = weighted_mean(deltas, [0.1, 0.3])
+    assert mean.dtype == torch.float64
+    torch.testing.assert_close(mean, (0.1 * deltas[0] + 0.3 * deltas[1]) / 0.4, rtol=0, atol=0)
+    assert weighted_mean(deltas, [0.25, 0.25]).tolist() == [2.5, 0.5]  # a total below 1
+    message = r"^weighted_mean needs one weight per row and a positive total$"
+    with pytest.raises(ValueError, match=message):
+        weighted_mean(deltas, [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=message):
+        weighted_mean(deltas, [0.0, 0.0])
+
+
+def test_trimmed_mean_refuses_half():
+    with pytest.raises(ValueError, match=r"^trim_beta: 0.5 is outside \[0, 0.5\)$"):
+        trimmed_mean(torch.zeros(4, 2), 0.5)
+
+
+def _krum_scores_by_hand(rows: list[list[float]], f: int) -> list[float]:
+    n = len(rows)
+    scores = []
+    for i in range(n):
+        others = sorted(
+            sum((a - b) ** 2 for a, b in zip(rows[i], rows[j], strict=True))
+            for j in range(n)
+            if j != i
+        )
+        scores.append(sum(others[: max(n - f - 2, 1)]))
+    return scores
+
+
+@pytest.mark.parametrize(("n", "f"), [(2, 0), (4, 1), (5, 1), (6, 0)])
+def test_krum_scores_are_blanchards_sums_of_squared_distances(n, f):
+    rows = [[float(3**k % 11), float(k * k)] for k in range(n)]
+    expected = _krum_scores_by_hand(rows, f)
+    assert krum_scores(torch.tensor(rows), f).tolist() == pytest.approx(expected, rel=1e-12)
+
+
+def test_krum_scores_of_near_rows_far_from_the_origin_are_exact():
+    """The matrix-product shortcut for distances cancels here; the exact differences do not."""
+    rows = torch.tensor([[1e6, 0.0], [1e6 + 1e-3, 0.0], [1e6 + 3e-3, 0.0]], dtype=torch.float64)
+    assert krum_scores(rows, 0).tolist() == pytest.approx([1e-6, 1e-6, 4e-6], rel=1e-6)
+
+
+def test_krum_breaks_ties_by_row_and_handles_one_or_two_rows():
+    tied = torch.eye(17, 5 * 17)  # every pair at distance √2: every score equal
+    assert krum_selection(tied, 0, 3) == [0, 1, 2]
+    assert krum_selection(tied, 0) == [0]
+    torch.testing.assert_close(multi_krum(tied, 0), tied[0])
+    torch.testing.assert_close(multi_krum(tied, 0, 3), tied[:3].mean(dim=0))
+    one = torch.tensor([[1.0, 2.0, 3.0]])
+    assert krum_selection(one, 0) == [0]
+    torch.testing.assert_close(multi_krum(one, 0), one[0])
+    two = torch.tensor([[0.0, 0.0, 0.0], [2.0, 4.0, 6.0]])
+    torch.testing.assert_close(multi_krum(two, 0, 2), two.mean(dim=0))
+    assert krum_selection(two, 0, 2) == [0, 1]
+
+
+def test_aggregate_takes_n_by_d_rows_and_bounds_norms_first():
+    with pytest.raises(
+        ValueError, match=r"^aggregate needs an \[n, d\] tensor with n >= 1, got \(3,\)$"
+    ):
+        aggregate(torch.ones(3), [1.0], AggregationSettings())
+    with pytest.raises(ValueError, match=r"got \(0, 3\)$"):
+        aggregate(torch.ones(0, 3), [], AggregationSettings())
+    row = torch.tensor([[3.0, 4.0]])
+    torch.testing.assert_close(aggregate(row, [1.0], AggregationSettings()), row[0])
+    bounded = aggregate(row, [1.0], AggregationSettings(norm_bound=0.5))
+    torch.testing.assert_close(bounded, torch.tensor([0.3, 0.4]))
+    torch.testing.assert_close(bound_norms(row * 2, 2.0), torch.tensor([[1.2, 1.6]]))
