@@ -309,6 +309,7 @@ def test_krum_breaks_ties_by_row_and_handles_one_or_two_rows():
     torch.testing.assert_close(multi_krum(tied, 0, 3), tied[:3].mean(dim=0))
     one = torch.tensor([[1.0, 2.0, 3.0]])
     assert krum_selection(one, 0) == [0]
+    assert krum_scores(one, 0).tolist() == [0.0]  # no other row: nothing to sum
     torch.testing.assert_close(multi_krum(one, 0), one[0])
     two = torch.tensor([[0.0, 0.0, 0.0], [2.0, 4.0, 6.0]])
     torch.testing.assert_close(multi_krum(two, 0, 2), two.mean(dim=0))
