@@ -146,3 +146,98 @@ def test_a_private_run_logs_epsilon_and_stops_at_its_target(tiny_config):
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").open()]
     epsilons = [r["sched/dp_epsilon"] for r in rows if "sched/dp_epsilon" in r]
     assert epsilons == sorted(epsilons) and len(set(epsilons)) > 3  # grows round by round
+
+
+# --- the settings' bounds and messages, the server's arithmetic, as mutation testing pins them ---
+
+
+def test_privacy_settings_bounds_and_messages():
+    with pytest.raises(ConfigError, match=r"choose one of fixed, poisson$"):
+        PrivacySettings(sampling="stratified")
+    with pytest.raises(ConfigError, match=r"^dp_delta: 0.0 is outside \(0, 1\)$"):
+        PrivacySettings(delta=0.0)
+    with pytest.raises(ConfigError, match=r"^dp_target_epsilon: -1.0 must be >= 0 \(0: none\)$"):
+        PrivacySettings(target_epsilon=-1.0)
+    with pytest.raises(ConfigError, match=r"^dp_adaptive_quantile: 1.0 is outside \[0, 1\)"):
+        PrivacySettings(adaptive_quantile=1.0)
+    with pytest.raises(ConfigError, match=r"^dp_clip_lr: 0.0 must be > 0$"):
+        PrivacySettings(clip_lr=0.0)
+    with pytest.raises(ConfigError, match=r"^dp_count_noise: -1.0 must be >= 0 \(0: m / 20\)$"):
+        PrivacySettings(count_noise=-1.0)
+    assert PrivacySettings().count_stddev(40) == 2.0  # the paper's m / 20
+    adaptive = PrivacySettings(clip=1.0, noise_multiplier=0.5, adaptive_quantile=0.5)
+    assert adaptive.delta_noise_multiplier(40) == pytest.approx((0.5**-2 - 4.0**-2) ** -0.5)
+
+
+def test_a_target_is_reachable_when_one_round_spends_at_most_it():
+    settings = PrivacySettings(clip=1.0, noise_multiplier=1.0)
+    one_round = PrivacyAccountant(settings, 100, 10).epsilon_after(1)
+    exact = PrivacySettings(clip=1.0, noise_multiplier=1.0, target_epsilon=one_round)
+    exact.check_round(100, 10)  # one round spends exactly the target: allowed
+    accountant = PrivacyAccountant(exact, 100, 10)
+    assert accountant.rounds == 0 and accountant.epsilon == 0.0
+    assert accountant.allows_another_round()  # ε after it: exactly the target
+    accountant.rounds = 1
+    assert not accountant.allows_another_round()
+    unlimited = PrivacyAccountant(settings, 100, 10)
+    unlimited.rounds = 1000
+    assert unlimited.allows_another_round()  # no target: never stops
+    with pytest.raises(ConfigError, match=r"raise dp_noise_multiplier or the target$"):
+        PrivacySettings(clip=1.0, noise_multiplier=1.0, target_epsilon=one_round / 2).check_round(
+            100, 10
+        )
+
+
+def test_the_accountant_without_the_privacy_extra_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # import fails as if absent
+    with pytest.raises(
+        ConfigError,
+        match=r"^dp_clip: DP-FedAvg's accountant needs dp-accounting: pip install "
+        r"'hybrid\[privacy\]'$",
+    ):
+        PrivacyAccountant(PrivacySettings(clip=1.0, noise_multiplier=1.0), 100, 10)
+
+
+def test_a_dp_round_is_clip_sum_noise_from_its_generator_over_m():
+    settings = PrivacySettings(
+        clip=5.0, noise_multiplier=0.5, adaptive_quantile=0.5, clip_lr=0.2, count_noise=0.0
+    )
+    server = DpFedAvg(
+        settings, clients=400, per_round=40, generator=torch.Generator().manual_seed(3)
+    )
+    assert math.isnan(server.metrics()["dp_unclipped_fraction"])
+    deltas = torch.tensor([[3.0, 4.0], [0.3, 0.4], [30.0, 40.0]], dtype=torch.float64)
+    result = server.aggregate(deltas)
+    replay = torch.Generator().manual_seed(3)
+    noise = torch.randn(2, generator=replay, dtype=torch.float64)
+    draw = float(torch.randn((), generator=replay, dtype=torch.float64))
+    clipped_sum = deltas[0] + deltas[1] + deltas[2] / 10  # norms 5 (= C: kept), 0.5, 50
+    sigma_delta = settings.delta_noise_multiplier(40.0)
+    expected = (clipped_sum + sigma_delta * 5.0 * noise) / 40.0
+    assert torch.equal(result, expected)
+    below = (2 + draw * settings.count_stddev(40.0)) / 40.0  # two rows at most C
+    assert server.clip == pytest.approx(5.0 * math.exp(-0.2 * (below - 0.5)), rel=1e-12)
+    metrics = server.metrics()
+    assert metrics["dp_unclipped_fraction"] == pytest.approx(2 / 3)
+    assert metrics["dp_clip"] == server.clip and metrics["dp_delta"] == settings.delta
+    server.accountant.rounds = 2
+    expected_epsilon = PrivacyAccountant(settings, 400, 40).epsilon_after(2)
+    assert server.metrics()["dp_epsilon"] == expected_epsilon
+    assert server.metrics()["dp_rounds"] == 2
+    restored = DpFedAvg(settings, clients=400, per_round=40, generator=torch.Generator())
+    restored.load_state_dict(server.state_dict())
+    assert restored.clip == server.clip and restored.accountant.rounds == 2
+    assert torch.equal(restored.generator.get_state(), server.generator.get_state())
+
+
+def test_without_noise_a_dp_round_draws_nothing_and_a_lone_row_counts_whole():
+    settings = PrivacySettings(clip=1.0, noise_multiplier=0.0)
+    generator = torch.Generator().manual_seed(0)
+    before = generator.get_state()
+    server = DpFedAvg(settings, clients=10, per_round=1, generator=generator)
+    row = torch.tensor([[0.3, 0.4]], dtype=torch.float64)  # norm 0.5: below C, kept exactly
+    assert torch.equal(server.aggregate(row), row[0])
+    assert torch.equal(generator.get_state(), before)
+    assert server.metrics()["dp_unclipped_fraction"] == 1.0
