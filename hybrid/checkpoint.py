@@ -17,6 +17,7 @@ import math
 import os
 import pickle
 import re
+import struct
 import warnings
 import zipfile
 from pathlib import Path
@@ -387,7 +388,15 @@ def load(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: refused: loading it would run code, not just read data ({first[:160]})"
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, IndexError) as exc:
+    except (
+        RuntimeError,
+        EOFError,
+        zipfile.BadZipFile,
+        OSError,
+        ValueError,
+        IndexError,
+        struct.error,  # a pickle opcode whose argument the damaged file cut short
+    ) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path}: corrupt or truncated ({first[:160]})") from None
     if not isinstance(state, dict) or "format" not in state:

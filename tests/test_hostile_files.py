@@ -499,8 +499,16 @@ def test_a_hostile_checkpoint_resumes_or_is_refused_in_one_line(checkpointed_run
 # --- what the suite found, pinned one by one ------------------------------------------------------
 
 
-def test_a_checkpoint_whose_pickle_underflows_is_corrupt_not_a_traceback(tmp_path) -> None:
-    """A damaged pickle can pop from an empty stack (IndexError inside torch.load)."""
+@pytest.mark.parametrize(
+    "pickle",
+    [
+        pytest.param(b"t.", id="pops from an empty stack (IndexError inside torch.load)"),
+        pytest.param(b"\x80\x02G\x00", id="a float cut short (struct.error inside torch.load)"),
+    ],
+)
+def test_a_checkpoint_whose_pickle_is_damaged_is_corrupt_not_a_traceback(
+    pickle: bytes, tmp_path
+) -> None:
     import zipfile
 
     from hybrid.checkpoint import load
@@ -512,7 +520,7 @@ def test_a_checkpoint_whose_pickle_underflows_is_corrupt_not_a_traceback(tmp_pat
     with zipfile.ZipFile(path, "w") as damaged_zip:
         for info in source.infolist():
             data = source.read(info.filename)
-            damaged_zip.writestr(info, b"t." if info.filename.endswith("data.pkl") else data)
+            damaged_zip.writestr(info, pickle if info.filename.endswith("data.pkl") else data)
     with pytest.raises(CheckpointError, match="corrupt or truncated"):
         load(path)
 
