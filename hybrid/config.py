@@ -1218,7 +1218,11 @@ def _typed(name: str, value: object, annotation: str) -> Any:
             return value
         if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
             return value
-        if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+        # a float, or an integer short enough to be one (float() of a longer one overflows)
+        number = isinstance(value, float) or (
+            isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**1024
+        )
+        if kind == "float" and number:
             return float(value)
     expected = " or ".join(_TYPE_NAMES.get(k, "null" if k == "None" else k) for k in kinds)
     raise ConfigError(f"{name}: expected {expected}, got {value!r}")

@@ -634,6 +634,15 @@ def test_a_hostile_checkpoint_found_by_the_suite_is_a_one_line_refusal(
     assert not (tmp_path / "run" / "summary.json").exists()
 
 
+def test_a_run_whose_config_has_a_400_digit_number_is_refused_on_resume(tmp_path) -> None:
+    """float() of the integer overflowed (OverflowError, found at 1,000 run directories)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(as_json(CONFIG | {"lr": 10**400}))
+    with pytest.raises(ConfigError, match=r"^lr: expected a number, got 1000"):
+        hybrid.train(resume=str(run))
+
+
 def test_a_sweep_file_that_is_not_utf8_is_a_sweep_error(tmp_path) -> None:
     path = tmp_path / "sweep.yaml"
     path.write_bytes(b"\xffmethod: grid\n")
