@@ -296,9 +296,11 @@ def test_krum_scores_are_blanchards_sums_of_squared_distances(n, f):
 
 
 def test_krum_scores_of_near_rows_far_from_the_origin_are_exact():
-    """The matrix-product shortcut for distances cancels here; the exact differences do not."""
-    rows = torch.tensor([[1e6, 0.0], [1e6 + 1e-3, 0.0], [1e6 + 3e-3, 0.0]], dtype=torch.float64)
-    assert krum_scores(rows, 0).tolist() == pytest.approx([1e-6, 1e-6, 4e-6], rel=1e-6)
+    """The matrix-product shortcut for distances (torch takes it past 25 rows) cancels here;
+    the exact differences do not."""
+    rows = torch.tensor([[1e6 + 1e-3 * k, 0.0] for k in range(30)], dtype=torch.float64)
+    expected = _krum_scores_by_hand(rows.tolist(), 0)
+    assert krum_scores(rows, 0).tolist() == pytest.approx(expected, rel=1e-6)
 
 
 def test_krum_breaks_ties_by_row_and_handles_one_or_two_rows():
@@ -328,3 +330,25 @@ def test_aggregate_takes_n_by_d_rows_and_bounds_norms_first():
     bounded = aggregate(row, [1.0], AggregationSettings(norm_bound=0.5))
     torch.testing.assert_close(bounded, torch.tensor([0.3, 0.4]))
     torch.testing.assert_close(bound_norms(row * 2, 2.0), torch.tensor([[1.2, 1.6]]))
+
+
+def test_krum_counts_rows_not_columns():
+    column = torch.tensor([[1.0], [2.0], [4.0]])  # 3 rows of 1 number
+    torch.testing.assert_close(multi_krum(column, 0, 3), column.mean(dim=0))
+    assert krum_selection(column, 0, 2) == [0, 1]
+
+
+def test_aggregate_runs_the_rule_its_settings_name_with_their_f_and_m():
+    deltas = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+    deltas[0] += 5
+    assert not torch.equal(multi_krum(deltas, 2, 1), multi_krum(deltas, 1, 1))  # f matters
+    settings = {"krum_f": 2, "krum_m": 3, "trim_beta": 0.25}
+    expected = {
+        "trimmed_mean": trimmed_mean(deltas, 0.25),
+        "krum": multi_krum(deltas, 2, 1),  # krum_m is multi_krum's: Krum keeps one row
+        "multi_krum": multi_krum(deltas, 2, 3),
+        "median": coordinate_median(deltas),
+    }
+    for rule, direction in expected.items():
+        got = aggregate(deltas, [1.0] * 8, AggregationSettings(aggregator=rule, **settings))
+        assert torch.equal(got, direction), rule
