@@ -19,7 +19,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,16 +33,16 @@ class TrackingSettings:
     total_env_steps: int
     label: str
     """The console's name of the run, e.g. ``async/CartPole-v1``."""
-    progress: bool = True
-    track: bool = False
+    progress: bool
+    track: bool
     """Log to wandb as well."""
-    wandb_project: str = "hybrid"
-    wandb_group: str = ""
-    wandb_job_type: str = ""
-    wandb_tags: tuple[str, ...] = ()
-    config: dict[str, Any] = field(default_factory=dict)
+    wandb_project: str
+    wandb_group: str
+    wandb_job_type: str
+    wandb_tags: tuple[str, ...]
+    config: dict[str, Any]
     """The whole config as plain data: what wandb records with the run."""
-    cluster_profile: str | None = None
+    cluster_profile: str | None
     """A measured profile the serial clock charged: copied into the run directory."""
 
 

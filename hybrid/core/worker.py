@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,23 +49,24 @@ def build_model(settings: AlgoSettings, info: EnvInfo, worker_id: int = -1) -> t
 @dataclass(frozen=True)
 class WorkerSettings:
     """What a worker is built from (the assembly fills it from the config). Picklable: the
-    parallel runtimes send it to their worker processes and actors."""
+    parallel runtimes send it to their worker processes and actors. No field has a default:
+    each comes from the config, whose defaults are the ones."""
 
     algo: AlgoSettings
     env: str
     envs_per_worker: int
     rollout_steps: int
     seed: int
-    envs: EnvSettings = field(default_factory=EnvSettings)
-    normalization: NormalizationSettings = field(default_factory=NormalizationSettings)
-    codec: str = "none"
-    topk_ratio: float = 0.01
-    error_feedback: bool = True
-    clients: ClientSettings | None = None
+    envs: EnvSettings
+    normalization: NormalizationSettings
+    codec: str
+    topk_ratio: float
+    error_feedback: bool
+    clients: ClientSettings | None
     """Set when workers run env variants (``client_dynamics``): each id gets its profile's."""
-    local_max_grad_norm: float = 0.5
+    local_max_grad_norm: float
     """A federated client's clip of each local loss gradient (the run's max_grad_norm)."""
-    local_rmsprop_alpha: float = 0.99
+    local_rmsprop_alpha: float
 
 
 class Worker:
