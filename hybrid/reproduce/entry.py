@@ -141,6 +141,8 @@ class ArmStats:
     values: tuple[float, ...]
     solved: int | None
     """Runs that reached the env's reward threshold (None: the env has none)."""
+    failed: int = 0
+    """Runs that ended without a result (an error, a crash): counted, never dropped."""
 
     @property
     def n(self) -> int:
@@ -179,6 +181,7 @@ class ArmStats:
 # --- verdicts ----------------------------------------------------------------------------------
 
 NOT_COMPARABLE = "not comparable"
+INCOMPLETE = "incomplete"
 
 
 def verdict(entry: Entry, arms: Sequence[ArmStats], budget_scale: float) -> str:
@@ -189,6 +192,9 @@ def verdict(entry: Entry, arms: Sequence[ArmStats], budget_scale: float) -> str:
     at the budget that ran.
     """
     judged = _judge(entry, arms)
+    failed = sum(arm.failed for arm in arms)
+    if failed:  # a run without a result could have gone either way: nothing is judged
+        judged = f"{INCOMPLETE} ({failed} run{'s' * (failed > 1)} failed); without them: {judged}"
     if budget_scale < 1.0:
         return f"{NOT_COMPARABLE} (budget ×{budget_scale:g}); at this budget: {judged}"
     return judged

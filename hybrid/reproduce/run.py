@@ -89,7 +89,13 @@ def execute(
         for run in pending:
             done += 1
             started = time.perf_counter()
-            summaries[run.run_dir] = train_one(run.config)
+            try:
+                summaries[run.run_dir] = train_one(run.config)
+            except Exception as exc:  # counted as failed, as a crashed subprocess is below
+                first_line = (str(exc).splitlines() or [""])[0]
+                why = f"{type(exc).__name__}: {first_line}"
+                say(f"[{done}/{len(runs)}] {run.arm} seed {run.seed}: failed ({why})")
+                continue
             _report(say, done, len(runs), run, summaries[run.run_dir], started)
         return summaries
     running: dict[subprocess.Popen[bytes], tuple[PlannedRun, float]] = {}
@@ -189,7 +195,8 @@ def reproduce(
     summaries = execute(runs, jobs, say)
     arms = []
     for arm in entry.arms:
-        mine = [summaries[r.run_dir] for r in runs if r.arm == arm.label and r.run_dir in summaries]
+        planned = [r for r in runs if r.arm == arm.label]
+        mine = [summaries[r.run_dir] for r in planned if r.run_dir in summaries]
         arms.append(
             ArmStats(
                 arm.label,
@@ -198,6 +205,7 @@ def reproduce(
                 if entry.kind != "speedup"
                 and any(s.get("reward_threshold") is not None for s in mine)
                 else None,
+                failed=len(planned) - len(mine),
             )
         )
     report = Report(
@@ -248,7 +256,7 @@ def rows(report: Report) -> list[tuple[str, ...]]:
                 arm.label,
                 entry.env_id if i == 0 else "",
                 f"{report.env_steps:,} ({entry.budget:,})" if i == 0 else "",
-                str(arm.n),
+                f"{arm.n} + {arm.failed} failed" if arm.failed else str(arm.n),
                 entry.metric_name,
                 _number(arm.iqm),
                 f"{_number(arm.mean)} ± {_number(arm.std)}",
@@ -365,5 +373,8 @@ def _as_json(report: Report) -> dict[str, Any]:
         "env_steps": report.env_steps,
         "wall_s": report.wall_s,
         "verdict": report.verdict,
-        "arms": {a.label: {"values": list(a.values), "solved": a.solved} for a in report.arms},
+        "arms": {
+            a.label: {"values": list(a.values), "solved": a.solved, "failed": a.failed}
+            for a in report.arms
+        },
     }
