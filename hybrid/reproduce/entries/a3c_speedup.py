@@ -42,7 +42,8 @@ REAL = f"real processes, {HERE} cores"
 
 
 def profile_path(out_dir: str, cores: int) -> Path:
-    return Path(out_dir, f"profile-{cores}-cores.json")
+    # named for its runtime: a folder of an earlier, in-process-only calibration is not reused
+    return Path(out_dir, f"profile-processes-{cores}-cores.json")
 
 
 def calibrated_profiles(out_dir: str, budget_scale: float) -> dict[str, dict[str, Any]]:
@@ -65,9 +66,11 @@ def calibrated_profiles(out_dir: str, budget_scale: float) -> dict[str, dict[str
     return {arm.label: {"cluster": str(paths[cores])} for arm, cores in CLOCK_ARMS}
 
 
-CLOCK_ARMS = [(Arm(f"{n} workers", {"workers": n}, CLOCK), PAPER_CORES) for n in WORKER_COUNTS]
+CLOCK_ARMS = [
+    (Arm(f"clock {n} workers", {"workers": n}, CLOCK), PAPER_CORES) for n in WORKER_COUNTS
+]
 CLOCK_ARMS += [
-    (Arm(f"clock {n} workers here", {"workers": n}, CLOCK_HERE), HERE) for n in REAL_COUNTS
+    (Arm(f"clock {n} workers, {HERE} cores", {"workers": n}, CLOCK_HERE), HERE) for n in REAL_COUNTS
 ]
 REAL_ARMS = [
     Arm(f"real {n} workers", {"workers": n, "runtime": "processes"}, REAL) for n in REAL_COUNTS
@@ -103,7 +106,7 @@ ENTRY = Entry(
     arms=tuple(arm for arm, _ in CLOCK_ARMS) + tuple(REAL_ARMS),
     kind="speedup",
     metric=throughput,
-    metric_name="env steps / s (virtual on the clock)",
+    metric_name="env steps / s (clock: virtual; real: training wall)",
     prepare=calibrated_profiles,
     deviations=(
         "the paper's speedup is in time to reach a score (data efficiency included); "
