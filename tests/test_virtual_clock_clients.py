@@ -4,13 +4,16 @@ against their closed forms."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
+from conftest import metric_rows
 from test_calibrate import write_profile
 
 import hybrid
 from hybrid import TrainConfig, assembly
+from hybrid.checkpoint import list_checkpoints
 from hybrid.clients import make_profiles
 from hybrid.runtimes.virtual_cluster import ProfiledClientCost
 from hybrid.traces import write_trace
@@ -133,3 +136,32 @@ def test_a_profiled_client_run_is_reproducible(tmp_path: Path) -> None:
     second = _run(_config(tmp_path / "b", rounds=2, costs=drawn))
     assert first["final_params_sha256"] == second["final_params_sha256"]
     assert first["virtual_time_s"] == second["virtual_time_s"]
+
+
+def test_a_profiled_client_run_resumes_bit_exact(tmp_path: Path) -> None:
+    # server costs, drawn task costs, two executors for four clients and a deadline that
+    # drops some: every piece of the clock's state crosses the checkpoint
+    costs = {
+        "task_cost_quantiles": (0.5, 1.0, 1.5),
+        "receive_s": 1e-4,
+        "apply_s": 2e-4,
+        "snapshot_s": 1e-4,
+        "dispatch_s": 1e-4,
+    }
+    cfg = _config(
+        tmp_path, rounds=6, costs=costs, workers=2, round_deadline_s=0.03, checkpoint_every=1
+    ).replace(keep_checkpoints=100)
+    full = hybrid.train(cfg)
+    assert full.summary is not None and full.summary["late_dropped"] > 0
+    # from every checkpoint: at some, a late client still holds an executor
+    for index in range(len(list_checkpoints(full.run_dir))):
+        crashed = tmp_path / f"crashed-{index}"
+        shutil.copytree(full.run_dir, crashed)
+        (crashed / "summary.json").unlink()
+        for later in list_checkpoints(crashed)[index + 1 :]:
+            later.unlink()
+        resumed = hybrid.train(resume=str(crashed))
+        assert resumed.summary is not None
+        assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
+        assert resumed.summary["virtual_time_s"] == full.summary["virtual_time_s"], index
+        assert metric_rows(crashed) == metric_rows(full.run_dir)
