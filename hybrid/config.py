@@ -650,17 +650,9 @@ class TrainConfig:
                 ("homogeneous", "heterogeneous", "stragglers", "a profile PATH.json"),
             )
             return
+        # edge clients and round deadlines are modelled on a profile too
+        # (hybrid/runtimes/virtual_cluster.py): the profile only has to load
         ClusterProfile.load(profile_in_effect(self.cluster, self.resume))
-        if self.clients is not None:
-            raise ConfigError(
-                "cluster: a measured profile models persistent workers on one machine; "
-                "edge clients (clients) take their speeds from federated profiles"
-            )
-        if self.round_deadline_s:
-            raise ConfigError(
-                "cluster: a measured profile does not model round deadlines; "
-                "leave round_deadline_s 0 or use a built-in cluster"
-            )
 
     def _check_hostile_rounds(self) -> None:
         """Robust aggregation, Byzantine clients and DP-FedAvg: their settings build (one-line

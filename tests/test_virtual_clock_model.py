@@ -193,21 +193,26 @@ def test_calibrate_fits_the_runtime_from_its_own_runs(tmp_path, capsys):
     assert json.loads(path.read_text())["format"] == 2
 
 
-# --- benchmarks/speedup.py: the importable prediction -----------------------------------------
+# --- hybrid.speedup: the one speed-up predictor ---------------------------------------------
 
 
 def test_predicted_speedups_stay_within_the_cores(tmp_path):
     import importlib.util
     from pathlib import Path
 
+    from hybrid.speedup import predict_speedups
+
+    # a server that costs nothing: N workers on C cores can go at most min(N, C) times faster
+    profile = hand_profile(measured_on={"env": "CartPole-v1", "algo": "a2c"})
+    predicted = predict_speedups(profile, workers=(1, 2, 4), cores=2, steps=600)
+    assert predicted[1] == 1.0
+    assert 1.5 < predicted[2] <= 2.0 + 1e-9 and 1.5 < predicted[4] <= 2.0 + 1e-9
+
+    # the benchmark prints the package's predictor, not a copy of it
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "speedup.py"
     spec = importlib.util.spec_from_file_location("speedup_bench", script)
     assert spec is not None and spec.loader is not None
     speedup = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(speedup)
-    # a server that costs nothing: N workers on C cores can go at most min(N, C) times faster
-    profile = hand_profile(measured_on={"env": "CartPole-v1", "algo": "a2c"})
-    predicted = speedup.predict_speedups(profile, workers=(1, 2, 4), cores=2, steps=600)
-    assert predicted[1] == 1.0
-    assert 1.5 < predicted[2] <= 2.0 + 1e-9 and 1.5 < predicted[4] <= 2.0 + 1e-9
+    assert speedup.predict_speedups is predict_speedups
     assert "12.5×" in speedup.table({16: 11.0}, 16)

@@ -23,6 +23,7 @@ from hybrid.reproduce.entry import (
     ArmStats,
     Entry,
     scaled_budget,
+    series,
     speedups,
     time_ratio,
     verdict,
@@ -276,8 +277,11 @@ def _comparison(report: Report) -> str:
     """The figure a comparison entry compares with its source: a ratio, a speedup row."""
     entry, arms = report.entry, report.arms
     if entry.kind == "speedup":
-        measured = " / ".join(f"{s:.1f}" for s in speedups(arms))
-        return f"hybrid speedup {measured}"
+        rows = []
+        for name, members in series(entry, arms).items():
+            measured = " / ".join(f"{s:.1f}" for s in speedups(members))
+            rows.append(f"{name or 'hybrid'} speedup {measured}")
+        return "; ".join(rows)
     if entry.kind == "time_ratio":
         ratio = time_ratio(arms[0], arms[1])
         return f"hybrid ratio {arms[0].label}/{arms[1].label}: {_number(ratio)}"

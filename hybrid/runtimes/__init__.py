@@ -118,9 +118,12 @@ def _serial(
     cluster = settings.clock.cluster
     if not is_profile_path(cluster):
         return SerialRuntime(settings, info, pool)
-    from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime
+    from hybrid.runtimes.pool import EdgeClients
+    from hybrid.runtimes.virtual_cluster import ProfiledClientsRuntime, ProfiledSerialRuntime
 
     profile = ClusterProfile.load(cluster)
+    if isinstance(pool, EdgeClients):  # clients take turns on the workers: no Hogwild!
+        return ProfiledClientsRuntime(settings, info, pool, profile, lambda: model.version)
     return ProfiledSerialRuntime(
         settings, info, pool, profile, lambda: model.version, applies_alone
     )

@@ -26,6 +26,16 @@ Hogwild! (processes, async, lock-free, no codec)
     applied before the main process has claimed it (dispatched the worker again): a
     started-ahead task that is done before its claim ends at the claim.
 
+Edge clients (``--clients K``, ``ProfiledClientsRuntime``)
+    The K clients take turns on the ``workers`` executors, as on the real runtimes: a
+    dispatched client waits for the server to send its task, then for a free executor.
+    Its local training costs what the profile says that many env steps and optimizer steps
+    cost in a worker, each step's cost drawn from the measured distribution, times the
+    client's slowness (its federated profile or trace); its link adds θ's download and its
+    Δ's upload, as on a built-in cluster. Round deadlines apply as they do there. The
+    server spends ``receive_s`` per update, ``apply_s`` per step, ``snapshot_s`` per
+    version and ``dispatch_s`` per task; each executor is taken to hold a core of its own.
+
 Tasks are still computed when the loop dispatches them (from the θ the loop holds then)
 and their updates handed to the loop in the order they finish, so the run stays
 bit-for-bit reproducible: nothing here reads a wall clock.
@@ -38,11 +48,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from hybrid.checkpoint import update_from_state, update_to_state
+from hybrid.clients import ClientCostModel, ClientSettings
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.envs import EnvInfo
 from hybrid.protocol import Snapshot, TrainLocally, Update
-from hybrid.runtimes.serial import SerialRuntime
+from hybrid.runtimes.pool import EdgeClients
+from hybrid.runtimes.serial import JITTER, SPEEDS, SerialRuntime
+from hybrid.seeding import CLOCK, stream
 
 if TYPE_CHECKING:
     from hybrid.runtimes.pool import WorkerPool
@@ -373,6 +388,139 @@ class ProfiledSerialRuntime(SerialRuntime):
             worker.load_state_dict(worker_state)
 
 
+CLIENT_COSTS = max(SPEEDS, JITTER) + 1
+"""The clock's stream of a client task's cost draws on a profile, beside serial.py's."""
+
+
+class ProfiledClientCost(ClientCostModel):
+    """A client task's virtual duration on a measured profile: download θ, train, upload Δ.
+
+    train = Σ over its optimizer steps of (that step's env steps × step cost + task
+    overhead) × a cost factor drawn from the profile's measured distribution (the
+    lognormal of mean 1 without one), times the client's slowness; a wake-up latency
+    drawn from the profile's round trips comes first. Links as ``ClientCostModel``'s. A
+    (client, version) pair has its own stream: no per-client state is kept.
+    """
+
+    def __init__(self, settings: ClientSettings, profile: ClusterProfile) -> None:
+        super().__init__(settings)
+        self.profile = profile
+
+    def duration(
+        self,
+        client_id: int,
+        env_steps: int,
+        nbytes: int,
+        download_nbytes: int,
+        updates: int,
+        version: int,
+    ) -> tuple[float, float]:
+        """(wake-up + download + training seconds, upload seconds) of one task."""
+        profile, client = self.profile, self.profiles[client_id]
+        seq = stream(self.settings.seed, CLOCK, CLIENT_COSTS, client_id, max(version, 0))
+        rng = np.random.Generator(np.random.PCG64(seq))
+        steps = max(updates, 1)
+        # each local step is one worker task's worth of work: its own draw of the cost
+        if profile.task_cost_quantiles:
+            factors = [_inverse_cdf(profile.task_cost_quantiles, u) for u in rng.random(steps)]
+            factor = float(np.mean(factors))
+        elif profile.jitter_sigma:
+            sigma = profile.jitter_sigma
+            factor = float(np.mean(rng.lognormal(-sigma * sigma / 2, sigma, size=steps)))
+        else:
+            factor = 1.0
+        work = env_steps * profile.step_cost_s + updates * profile.task_overhead_s
+        wake = (
+            _inverse_cdf(profile.wake_s_quantiles, float(rng.random()))
+            if profile.wake_s_quantiles
+            else 0.0
+        )
+        download = download_nbytes * 8 / (client.downlink_mbps * 1e6)
+        upload = nbytes * 8 / (client.uplink_mbps * 1e6)
+        return float(wake + download + work * factor * client.slowness), float(upload)
+
+
+class ProfiledClientsRuntime(SerialRuntime):
+    """Edge clients on a measured profile: the serial runtime's events (deadlines included),
+    with the profile's task costs, its server's costs and ``workers`` executors (see the
+    module docstring)."""
+
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        info: EnvInfo,
+        pool: EdgeClients,
+        profile: ClusterProfile,
+        version: Callable[[], int],
+    ) -> None:
+        super().__init__(settings, info, pool)
+        self.profile = profile
+        self.version = version
+        self.client_cost = ProfiledClientCost(pool.clients, profile)
+        self.server_free = 0.0
+        """When the main process is done with what it was given so far."""
+        self.executor_free = [0.0] * settings.workers
+        """When each executor is done with the client task it was given last."""
+        self._charged_version = version()
+        self._published_version: int | None = None
+
+    def _task_start(self, snapshot: Snapshot, duration_s: float) -> float:
+        self._charge_applies()
+        profile = self.profile
+        server = max(self.clock, self.server_free)
+        if snapshot.version != self._published_version:
+            server += profile.snapshot_s
+            self._published_version = snapshot.version
+        self.server_free = server = server + profile.dispatch_s
+        # the waiting clients go to the first executor free, in the order they were sent
+        executor = min(range(len(self.executor_free)), key=self.executor_free.__getitem__)
+        start = max(server, self.executor_free[executor])
+        self.executor_free[executor] = start + duration_s
+        return start
+
+    def next_update(self) -> Update:
+        if not self._queue:
+            raise RuntimeError("no task in flight and none started: the scheduler stalled")
+        self._charge_applies()
+        started = time.perf_counter()
+        finish, _, update = heapq.heappop(self._queue)
+        # one server: a result that arrives while it is busy waits its turn
+        self.server_free = max(finish, self.server_free, self.clock) + self.profile.receive_s
+        self.clock = self.server_free
+        self._mark_free(update.worker_id)
+        self.bookkeeping_s += time.perf_counter() - started
+        return update
+
+    def _charge_applies(self) -> None:
+        """The optimizer steps the loop took since we last looked were the server's work."""
+        version = self.version()
+        steps = version - self._charged_version
+        self._charged_version = version
+        if steps > 0:
+            self.server_free = max(self.server_free, self.clock) + steps * self.profile.apply_s
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {
+            "cluster_profile_sha256": self.profile.digest(),
+            "cluster_profile_errors": self.profile.fit.get("residuals"),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return super().state_dict() | {
+            "server_free": self.server_free,
+            "executor_free": list(self.executor_free),
+            "charged_version": self._charged_version,
+            "published_version": self._published_version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.server_free = float(state["server_free"])
+        self.executor_free = [float(t) for t in state["executor_free"]]
+        self._charged_version = int(state["charged_version"])
+        self._published_version = state["published_version"]
+
+
 def _inverse_cdf(quantiles: tuple[float, ...], u: float) -> float:
     """The value at probability ``u`` of a distribution given by evenly spaced quantiles
     (the first at 0, the last at 1), linear between them."""
@@ -382,4 +530,9 @@ def _inverse_cdf(quantiles: tuple[float, ...], u: float) -> float:
     return quantiles[low] * (1 - weight) + quantiles[low + 1] * weight
 
 
-__all__ = ["ProfiledSerialRuntime", "SharedCores"]
+__all__ = [
+    "ProfiledClientCost",
+    "ProfiledClientsRuntime",
+    "ProfiledSerialRuntime",
+    "SharedCores",
+]
