@@ -36,6 +36,11 @@ class ComputeGradient:
 
     deadline_s: float = 0.0
     """Seconds after the start when the server stops waiting (0: none)."""
+    rollout_steps: int = 0
+    """Env steps per env of the rollout (0: the run's ``--rollout-steps``)."""
+
+    def __post_init__(self) -> None:
+        _check_rollout_steps(self.rollout_steps)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,19 @@ class TrainLocally:
     prox_mu: float = 0.0
     """FedProx: the client minimizes its loss + μ/2 ‖θ − θ_snapshot‖²."""
     deadline_s: float = 0.0
+    rollout_steps: int = 0
+    """Env steps per env of each local step's rollout (0: the run's ``--rollout-steps``)."""
+
+    def __post_init__(self) -> None:
+        _check_rollout_steps(self.rollout_steps)
+
+
+def _check_rollout_steps(rollout_steps: int) -> None:
+    # A scheduler sets it per task (ready's settings): its mistake is said in one line.
+    if rollout_steps < 0:
+        raise ValueError(
+            f"rollout_steps={rollout_steps} must be >= 1, or 0 for the run's --rollout-steps"
+        )
 
 
 Task: TypeAlias = ComputeGradient | CollectExperience | TrainLocally

@@ -408,7 +408,10 @@ class Training:
                     f"{self.scheduler_name()}.ready: {name}={value!r} is not a "
                     f"{type(default).__name__}"
                 )
-        return dataclasses.replace(task, **task_settings) if task_settings else task
+        try:
+            return dataclasses.replace(task, **task_settings) if task_settings else task
+        except ValueError as exc:  # a value the task refuses (rollout_steps=-1)
+            raise ValueError(f"{self.scheduler_name()}.ready: {exc}") from None
 
     def check_finite(self, applied: bool) -> None:
         """Stop a diverged run before it writes a checkpoint of garbage."""

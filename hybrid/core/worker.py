@@ -28,6 +28,7 @@ from hybrid.protocol import (
     ComputeGradient,
     Payload,
     Snapshot,
+    Task,
     TrainLocally,
     Update,
 )
@@ -151,7 +152,7 @@ class Worker:
         acting = isinstance(snapshot.task, CollectExperience)
         rollout = self.runner.collect(
             self.model,
-            self.settings.rollout_steps,
+            rollout_steps(snapshot.task, self.settings),
             self.generator,
             record_logp=acting and self.algorithm.records_behaviour_logp,
         )
@@ -242,10 +243,11 @@ class Worker:
             chunks = snapshot.params.split([p.numel() for p in params])
             anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
         max_norm = settings.local_max_grad_norm
+        steps = rollout_steps(task, settings)
         env_steps, returns, lengths = 0, [], []
         totals: dict[str, float] = {}
         for _ in range(task.steps):
-            rollout = self.runner.collect(self.model, settings.rollout_steps, self.generator)
+            rollout = self.runner.collect(self.model, steps, self.generator)
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
             loss.backward()
@@ -349,9 +351,26 @@ class Worker:
         self.runner.close()
 
 
+def rollout_steps(task: Task, settings: WorkerSettings) -> int:
+    """The rollout length of ``task``: the one its scheduler set (``ready``'s per-task
+    ``rollout_steps``), else the run's. A learner batches trajectories of one length, so
+    ``CollectExperience`` has none of its own."""
+    own = task.rollout_steps if isinstance(task, (ComputeGradient, TrainLocally)) else 0
+    ppo = settings.algo.ppo if isinstance(task, ComputeGradient) else None  # PPO's epochs
+    if own and ppo is not None and own * settings.envs_per_worker < ppo.minibatches:
+        # The run's own length was checked against --ppo-minibatches when it was configured.
+        raise ValueError(
+            f"rollout_steps={own}: {own * settings.envs_per_worker} samples per task, fewer "
+            f"than --ppo-minibatches {ppo.minibatches}; a minibatch would be empty"
+        )
+    return own or settings.rollout_steps
+
+
 def groups_gradients(workers: list[Worker], snapshot: Snapshot) -> bool:
     """Whether ``run_group`` computes these workers' tasks together: A2C gradients of a
-    discrete-action MLP, each worker with its own single-agent envs."""
+    discrete-action MLP, each worker with its own single-agent envs. A group shares one
+    snapshot, so one task and one rollout length; the loop gives tasks that a scheduler set
+    differently (``ready``'s per-task settings) groups of their own."""
     if len(workers) < 2 or not isinstance(snapshot.task, ComputeGradient):
         return False
     return _plain_a2c(workers)
@@ -396,7 +415,7 @@ def run_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
     for worker in workers:
         if snapshot.extras:
             worker.load_extras(snapshot.extras)
-    model, steps = lead.model, lead.settings.rollout_steps
+    model, steps = lead.model, rollout_steps(snapshot.task, lead.settings)
     collections = [w.runner.start_collection(steps) for w in workers]
     generators = [w.generator for w in workers]
     sizes = [w.runner.num_envs for w in workers]
@@ -446,7 +465,7 @@ def run_local_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
     for worker in workers:
         if snapshot.extras:
             worker.load_extras(snapshot.extras)
-    K, E, steps = len(workers), lead.runner.num_envs, settings.rollout_steps
+    K, E, steps = len(workers), lead.runner.num_envs, rollout_steps(task, settings)
     theta = snapshot.params.repeat(K, 1)  # row k: client k's parameters
     optimizer = make_optimizer(
         task.optimizer, [theta], task.lr, LOCAL_ADAM_EPS, settings.local_rmsprop_alpha
