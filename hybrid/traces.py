@@ -97,6 +97,17 @@ class Trace:
         return base + later if later is not None else base + self.period_s + intervals[0][0]
 
 
+def emulated_duration(
+    row: ClientTrace, compute_s: float, upload_nbytes: int, download_nbytes: int
+) -> tuple[float, float]:
+    """(total, upload) seconds of a client task on its traced device: θ's download on its
+    downlink, ``compute_s`` measured on this machine divided by its compute speed, the
+    payload's upload on its uplink. A real runtime holds the result until then."""
+    download = download_nbytes * 8 / (row.downlink_mbps * 1e6)
+    upload = upload_nbytes * 8 / (row.uplink_mbps * 1e6)
+    return download + compute_s / row.compute_speed + upload, upload
+
+
 def _check(trace: Trace, clients: int | None, where: str) -> Trace:
     ids = [c.client for c in trace.clients]
     if clients is not None:
@@ -230,4 +241,11 @@ def write_trace(document: dict, path: str | Path) -> None:
     Path(path).write_text(f'{{"period_s": {document["period_s"]},\n "clients": [\n  {body}\n]}}\n')
 
 
-__all__ = ["ClientTrace", "Trace", "diurnal_trace", "load_trace", "write_trace"]
+__all__ = [
+    "ClientTrace",
+    "Trace",
+    "diurnal_trace",
+    "emulated_duration",
+    "load_trace",
+    "write_trace",
+]
