@@ -710,6 +710,13 @@ class TrainConfig:
                 raise ConfigError(
                     f"{name}: {getattr(self, name)!r} has no effect here; it applies only {when}"
                 )
+        private = [name for name in server if name in FIELD_OWNERS["privacy"]]
+        if private and self.scheduler != "fedavg":
+            raise ConfigError(
+                f"{private[0]}: DP-FedAvg is offered with --scheduler fedavg only: its accountant "
+                "charges one sampled round per noised step, and FedBuff's buffer (or your own "
+                "scheduler) steps on other terms, so the ε it reported would not hold"
+            )
         if server and self.scheduler != "fedavg":
             raise ConfigError(
                 f"{server[0]}: applies only with --scheduler fedavg (FedBuff and your own "

@@ -120,6 +120,18 @@ def test_the_modelled_machine_is_still_refused_off_the_clock(changes, field):
     assert "\n" not in str(info.value)
 
 
+def test_dp_with_fedbuff_is_refused_saying_why():
+    fedbuff = str(Path(__file__).parents[1] / "examples" / "schedulers" / "fedbuff.py")
+    cfg = TrainConfig(
+        scheduler=f"{fedbuff}:FedBuff", clients=10, dp_clip=1.0, dp_noise_multiplier=1.0
+    )
+    with pytest.raises(
+        ConfigError, match=r"^dp_clip: DP-FedAvg is offered with --scheduler fedavg only"
+    ) as info:
+        cfg.validate()
+    assert "accountant" in str(info.value) and "\n" not in str(info.value)
+
+
 # --- on the processes and ray runtimes --------------------------------------------------------
 
 
