@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ import hybrid
 from hybrid.assembly import env_settings
 from hybrid.config import ConfigError, TrainConfig
 from hybrid.envs import describe
-from hybrid.protocol import Payload, Update
+from hybrid.protocol import Payload, Snapshot, TrainLocally, Update
+from hybrid.runtimes._parallel import Executor, Supervisor
 from hybrid.scheduler_settings import FedAvgSettings
 from hybrid.schedulers import Verdict
 from hybrid.schedulers.fedavg import FedAvg
@@ -88,6 +90,77 @@ def test_under_admit_the_late_delta_is_held_on_arrival_and_applied_in_a_later_ro
     m = s.metrics()
     assert m["sched/late_admitted"] == 1 and m["sched/late_dropped"] == 0
     assert m["sched/late_staleness_mean"] == 1.0
+
+
+# --- the real runtimes' receive: a blocking wait up to the earliest deadline ------------------
+
+
+class FakeClockRuntime(Supervisor):
+    """A Supervisor whose transport is a script: ``_poll`` records its timeout and lets that
+    much time pass on a fake clock, delivering what ``results`` holds for then."""
+
+    def __init__(self, workers: int) -> None:
+        self.now = 0.0
+        self.timeouts: list[float | None] = []
+        self.results: dict[float, Update] = {}
+        settings = SimpleNamespace(inject_worker_faults=0.0, seed=0)
+        pool = SimpleNamespace(persistent=True, size=workers)
+        super().__init__(settings, pool, lambda: self.now)  # type: ignore[arg-type]
+        self.executors = [Executor(worker_id=w) for w in range(workers)]
+
+    def _poll(self, timeout=None):
+        self.timeouts.append(timeout)
+        due = min(self.results, default=float("inf"))
+        if timeout is None or self.now + timeout >= due:
+            self.now = due
+            update = self.results.pop(due)
+            update.started_s = 0.0
+            self._deliver(self.executors[update.worker_id], update, due)
+        else:
+            self.now += timeout
+        return []
+
+    # the transport's other duties: nothing to do on a script
+    def _prepare(self, snapshot):
+        return snapshot
+
+    def _task_for(self, prepared, client):
+        return prepared
+
+    def _free(self, executor):
+        return True
+
+    def _lost(self, executor):
+        return False
+
+    def _died(self, executor):
+        return ""
+
+    def _send(self, executor): ...
+    def _spawn(self, executor): ...
+    def _stop(self, executor): ...
+    def _kill(self, executor): ...
+    def _await_startup(self): ...
+
+
+def test_the_receive_blocks_until_the_deadline_then_hands_over_a_stand_in():
+    runtime = FakeClockRuntime(2)
+    task = TrainLocally(deadline_s=2.0)
+    for w in (0, 1):
+        runtime.dispatch(w, Snapshot(torch.zeros(3), 5, task=task))
+    runtime.results = {1.0: delta(0, 1.0, 0.0, 1.0), 7.0: delta(1, 9.0, 0.0, 7.0)}
+    first = runtime.next_update()
+    assert first.worker_id == 0 and not first.overdue and first.cost_s == 1.0
+    notice = runtime.next_update()  # one wait of the second left to the deadline, no spin
+    assert runtime.timeouts == [2.0, 1.0] and runtime.now == 2.0
+    assert notice.overdue and notice.worker_id == 1 and notice.payload is None
+    assert notice.base_version == 5 and notice.kind == Payload.DELTA
+    assert notice.cost_s > task.deadline_s  # late by the scheduler's one rule
+    assert runtime.idle_workers() == [0]  # worker 1 computes on
+    late = runtime.next_update()  # no deadline left: it waits for the result itself
+    assert runtime.timeouts[-1] is None
+    assert late.worker_id == 1 and not late.overdue and late.cost_s == 7.0
+    assert runtime.idle_workers() == [0, 1]
 
 
 # --- the config: what a real runtime now accepts, and what it still refuses -------------------

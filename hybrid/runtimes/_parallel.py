@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import heapq
 import logging
+import math
 import pickle
 import warnings
 from dataclasses import dataclass
@@ -187,8 +188,10 @@ class Outstanding:
     its dispatch (an edge client's wait for a free executor included), on the runtime's clock."""
 
     dispatched_at: float
+    deadline_s: float
     deadline_at: float
     """When the server stops waiting (inf: no deadline, or already told)."""
+    told_late: bool
     base_version: int
     kind: Payload
     download_nbytes: int
@@ -280,7 +283,9 @@ class Supervisor(RuntimeDefaults, abc.ABC):
             now = self._clock()
             self._outstanding[worker_id] = Outstanding(
                 dispatched_at=now,
+                deadline_s=deadline_s,
                 deadline_at=now + deadline_s if deadline_s > 0 else float("inf"),
+                told_late=False,
                 base_version=snapshot.version,
                 kind=_payload_kind(snapshot),
                 download_nbytes=snapshot.params.numel() * snapshot.params.element_size(),
@@ -325,8 +330,8 @@ class Supervisor(RuntimeDefaults, abc.ABC):
         """The stand-in for the first task whose deadline has passed (told once)."""
         for worker_id, task in self._outstanding.items():
             if task.deadline_at <= now:
-                task.deadline_at = float("inf")
-                waited = now - task.dispatched_at
+                task.deadline_at, task.told_late = float("inf"), True
+                waited = self._past_deadline(now - task.dispatched_at, task)
                 return Update(
                     worker_id=worker_id,
                     base_version=task.base_version,
@@ -436,7 +441,15 @@ class Supervisor(RuntimeDefaults, abc.ABC):
             update.upload_s = min(upload_s, arrives_at - task.dispatched_at)
         update.started_s = task.dispatched_at - self._origin
         update.cost_s = arrives_at - task.dispatched_at
+        if task.told_late:
+            update.cost_s = self._past_deadline(update.cost_s, task)
         return arrives_at
+
+    @staticmethod
+    def _past_deadline(waited_s: float, task: Outstanding) -> float:
+        """``waited_s``, made strictly more than the deadline: the scheduler's rule for late
+        is ``cost_s > deadline_s``, and a coarse clock may read exactly the deadline."""
+        return max(waited_s, math.nextafter(task.deadline_s, math.inf))
 
     def _restart(self, executor: Any) -> None:
         """Count, log and replace a failed executor; its task re-runs on the replacement."""

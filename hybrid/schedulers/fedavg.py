@@ -118,7 +118,7 @@ class FedAvg(Scheduler):
             )
         self.pending.discard(update.worker_id)
         self.round_closes_s = max(self.round_closes_s, self._arrival_s(update))
-        if update.overdue and self._late(update):
+        if update.overdue:  # late by the rule below: its cost_s is past the deadline
             # A real runtime's word at the deadline: the round closes without this client,
             # whose Δ comes later. The late policy is applied (and counted) now, as on the clock.
             self.told_late.add(update.worker_id)
