@@ -163,6 +163,19 @@ def test_the_receive_blocks_until_the_deadline_then_hands_over_a_stand_in():
     assert runtime.idle_workers() == [0, 1]
 
 
+def test_a_resumed_real_runtime_goes_on_with_the_runs_clock():
+    """A trace is read on the run's clock: after a resume it continues, not restarts at 0."""
+    stopped = FakeClockRuntime(1)
+    stopped.now = 10.0
+    state = stopped.state_dict()
+    resumed = FakeClockRuntime(1)
+    resumed.now = 500.0  # another process, another clock
+    resumed.load_state_dict(state)
+    resumed.dispatch(0, Snapshot(torch.zeros(3), 0, task=TrainLocally(deadline_s=1.0)))
+    resumed.now = 501.5
+    assert resumed.next_update().started_s == 10.0
+
+
 # --- the config: what a real runtime now accepts, and what it still refuses -------------------
 
 
@@ -229,6 +242,10 @@ def write_trace(tmp_path: Path, fast: tuple[float, float], slow: tuple[float, fl
                 "available": [[0.0, 1e9]],
             }
         )
+    return write_rows(tmp_path, rows)
+
+
+def write_rows(tmp_path: Path, rows: list[dict]) -> str:
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"period_s": 0, "clients": rows}))
     return str(path)
@@ -305,3 +322,39 @@ def test_a_straggler_misses_the_deadline_on_ray(tmp_path):
     result = straggler_run(tmp_path, "ray", "drop")
     assert result.summary["late_dropped"] >= 1 and result.summary["late_admitted"] == 0
     assert any(s["worker"] == 1 and s["verdict"] == "drop" for s in spans(result))
+
+
+def test_only_clients_online_on_the_runs_clock_are_sampled_on_processes(tmp_path):
+    online = {"compute_speed": 1.0, "uplink_mbps": 1e4, "downlink_mbps": 1e4}
+    trace = write_rows(
+        tmp_path,
+        [
+            {"client": 0, **online, "available": [[0.0, 1e9]]},
+            {"client": 1, **online, "available": [[1e6, 1e9]]},  # online from day 12 on
+            {"client": 2, **online, "available": [[0.0, 1e9]]},
+        ],
+    )
+    cfg = TrainConfig(
+        env="CartPole-v1",
+        scheduler="fedavg",
+        clients=3,
+        workers=1,
+        client_fraction=1.0,
+        local_steps=1,
+        envs_per_worker=2,
+        rollout_steps=5,
+        env_defaults=False,
+        runtime="processes",
+        client_trace=trace,
+        total_env_steps=10 * 6,
+        eval_every=10**6,
+        eval_episodes=1,
+        client_eval_clients=1,
+        stop_when_solved=False,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
+    result = hybrid.train(cfg)
+    workers = {s["worker"] for s in spans(result)}
+    assert workers == {0, 2}
+    assert result.summary["sampled"] == 2 * result.summary["rounds"]
