@@ -22,14 +22,17 @@ or a CSV file with one row per availability interval (the speeds repeated on eac
 - ``compute_speed``: device speed relative to nominal (2 computes twice as fast; its inverse
   is the profile's slowness on the virtual clock);
 - ``uplink_mbps`` / ``downlink_mbps``: the client's links in Mbit/s;
-- ``available``: half-open intervals [start, end) of virtual seconds in which the client is
-  reachable, sorted, not overlapping, within [0, period_s) when a period is given;
+- ``available``: half-open intervals [start, end) of seconds since training started in which
+  the client is reachable (the virtual clock's on serial, the run's wall clock on processes
+  and ray), sorted, not overlapping, within [0, period_s) when a period is given;
 - ``period_s``: the intervals repeat with this period (86400: one day); 0: they do not, and a
   client is unreachable after its last interval.
 
 fedavg samples only clients available when a round starts and drops the Δ of a client whose
 interval ended before its upload finished (it went offline mid-round; counted as
-``trace_left``). ``diurnal_trace`` writes a synthetic trace in which clients are online in
+``trace_left``). On processes and ray a client's traced speed and links are emulated: the
+runtime holds its finished result until ``emulated_duration`` has passed since dispatch.
+``diurnal_trace`` writes a synthetic trace in which clients are online in
 one window a day around their local night, shifted by a seeded time zone.
 """
 
@@ -66,7 +69,7 @@ class Trace:
     period_s: float = 0.0
 
     def available(self, client: int, at_s: float) -> bool:
-        """Whether ``client`` is reachable at virtual second ``at_s``."""
+        """Whether ``client`` is reachable at second ``at_s`` of the run's clock."""
         return self.online_until(client, at_s) > at_s
 
     def online_until(self, client: int, at_s: float) -> float:
