@@ -238,7 +238,7 @@ class TrainConfig:
     """fedavg: probability that a client can be sampled in a given round."""
     round_deadline_s: float = _FEDAVG["round_deadline_s"]
     """fedavg: seconds after a round starts when the server stops waiting (0: no deadline);
-    virtual seconds on the serial runtime."""
+    virtual seconds on the serial runtime, wall seconds on processes and ray."""
     late_policy: str = _FEDAVG["late_policy"]
     """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
     with its staleness (admit: asynchronous FL)."""
@@ -279,8 +279,9 @@ class TrainConfig:
     """fedavg DP-FedAvg: adaptive clipping's count noise sigma_b (0: clients per round / 20)."""
     client_trace: str = ""
     """Edge clients' trace file (JSON or CSV, hybrid/traces.py): per client compute speed,
-    links and availability intervals over virtual time, for fedavg (FedBuff: also pass it as
-    its client_trace argument); serial runtime only."""
+    links and availability intervals in seconds since training started (virtual on serial,
+    wall time on processes and ray, where speeds and links are emulated by holding results),
+    for fedavg (FedBuff: also pass it as its client_trace argument)."""
     client_eval_clients: int = 50
     """Clients (a seeded sample) whose own env variant the final model is evaluated on."""
     client_eval_episodes: int = 2
@@ -701,6 +702,13 @@ class TrainConfig:
                 raise ConfigError(
                     f"{name}: {getattr(self, name)!r} has no effect here; it applies only {when}"
                 )
+        private = [name for name in server if name in FIELD_OWNERS["privacy"]]
+        if private and self.scheduler != "fedavg":
+            raise ConfigError(
+                f"{private[0]}: DP-FedAvg is offered with --scheduler fedavg only: its accountant "
+                "charges one sampled round per noised step, and FedBuff's buffer (or your own "
+                "scheduler) steps on other terms, so the ε it reported would not hold"
+            )
         if server and self.scheduler != "fedavg":
             raise ConfigError(
                 f"{server[0]}: applies only with --scheduler fedavg (FedBuff and your own "
@@ -757,8 +765,6 @@ class TrainConfig:
                 "client_trace: drives edge clients under fedavg (or a scheduler of yours that "
                 "reads it, such as FedBuff); use --scheduler fedavg --clients K"
             )
-        if self.runtime != "serial":
-            raise ConfigError(f"client_trace: {VIRTUAL_ONLY}")
         if self.cluster != "homogeneous" or self.client_link_sigma:
             raise ConfigError(
                 "client_trace: the trace sets each client's speed and links; leave cluster "
@@ -1086,10 +1092,7 @@ FIELD_APPLIES: dict[str, Applies] = {
     # population (dropout, availability), a TrainLocally task the local training settings
     "client_fraction": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
     "late_policy": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
-    "round_deadline_s": Applies(
-        lambda c, x: c.scheduler == "fedavg" and c.runtime == "serial",
-        "with --scheduler fedavg on the serial runtime's virtual clock",
-    ),
+    "round_deadline_s": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
     "client_dropout": Applies(
         lambda c, x: c.scheduler == "fedavg" or not x.built_in,
         "with --scheduler fedavg or your own scheduler (they draw the client population)",
@@ -1182,10 +1185,10 @@ VIRTUAL_CLOCK_FIELDS = (
     "client_uplink_mbps",
     "client_downlink_mbps",
     "client_link_sigma",
-    "round_deadline_s",
 )
-"""Fields of the modelled machine (the serial runtime's own, and the edge clients' links
-and round deadlines): they set durations on the virtual clock only."""
+"""Fields of the modelled machine (the serial runtime's own, and the edge clients' drawn
+links): they set durations on the virtual clock only. Round deadlines and client traces
+hold on every runtime (wall time on processes and ray)."""
 VIRTUAL_ONLY = (
     "on the serial runtime's virtual clock (--runtime serial); processes and ray run at "
     "this machine's real speed"

@@ -135,6 +135,13 @@ class Update:
     task_settings: dict[str, Any] | None = None
     """The task's settings the scheduler chose for this worker (``ready`` returned
     ``(worker id, settings)``), set by the loop on arrival; None: the run's own."""
+    overdue: bool = False
+    """A stand-in, not a result: a real runtime hands it over when the task's ``deadline_s``
+    has passed and the worker is still computing (payload None, ``cost_s`` the seconds waited,
+    more than ``deadline_s``). The task's own update follows when the worker finishes."""
+    held_s: float = 0.0
+    """Seconds a real runtime held the finished result back to emulate the client's traced
+    speed and links (``client_trace``); part of ``cost_s``."""
 
     @property
     def finished_s(self) -> float:

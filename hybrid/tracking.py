@@ -423,6 +423,8 @@ class Tracker:
             + (f', "task": {json.dumps(update.task_settings)}' if update.task_settings else "")
             # a Byzantine edge client's update (its pool marks every update of such a run)
             + (', "byzantine": true' if update.stats.get("fed/byzantine") else "")
+            # seconds a real runtime held the result to emulate a traced client's device
+            + (f', "held": {_number(float(update.held_s))}' if update.held_s else "")
             + "}\n"
         )
         self._rows["spans.jsonl"] += 1

@@ -299,22 +299,31 @@ class Training:
                             runtime.dispatch(worker_ids[0], group_snapshot)
                     stats.bytes_down += len(ids) * snapshot.params.numel() * 4
             update = runtime.next_update()
-            if st.task_settings:
-                update.task_settings = st.task_settings.pop(update.worker_id, None)
-            global_model.observe(update)  # e.g. observation statistics, whatever the verdict
-            rejection = self.receiver.receive(update)
-            if rejection is None:
-                # what τ would be if it were applied now: the scheduler's admission input
-                verdict = scheduler.admit(update, staleness(update, global_model.version))
-                check_verdict(scheduler, verdict)
-                st.nonfinite_streak = 0
+            if update.overdue:
+                # A real runtime stopped waiting at the task's deadline while the worker
+                # computes on: the scheduler learns the task is late (cost_s > deadline_s) as
+                # on the virtual clock and closes its round without it. Nothing arrived, so
+                # nothing is checked or counted; the result, when it comes, is an update.
+                check_verdict(
+                    scheduler, scheduler.admit(update, staleness(update, global_model.version))
+                )
             else:
-                stats.rejected[rejection] += 1
-                verdict = scheduler.reject(update)
-                st.nonfinite_streak += rejection == "nonfinite"
-            stats.record(update, verdict)
-            if verdict is Verdict.DROP:
-                self.tracker.span(update, None, verdict)
+                if st.task_settings:
+                    update.task_settings = st.task_settings.pop(update.worker_id, None)
+                global_model.observe(update)  # e.g. observation statistics, whatever the verdict
+                rejection = self.receiver.receive(update)
+                if rejection is None:
+                    # what τ would be if it were applied now: the scheduler's admission input
+                    verdict = scheduler.admit(update, staleness(update, global_model.version))
+                    check_verdict(scheduler, verdict)
+                    st.nonfinite_streak = 0
+                else:
+                    stats.rejected[rejection] += 1
+                    verdict = scheduler.reject(update)
+                    st.nonfinite_streak += rejection == "nonfinite"
+                stats.record(update, verdict)
+                if verdict is Verdict.DROP:
+                    self.tracker.span(update, None, verdict)
             if scheduler.full() and (step := scheduler.combine()) is not None:
                 for applied in step.updates:  # τ is measured when an update is applied
                     tau = staleness(applied, global_model.version)

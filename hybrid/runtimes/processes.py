@@ -580,8 +580,8 @@ class ProcessRuntime(Supervisor):
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(fileobj)
 
-    def _poll(self) -> list[_Slot]:
-        return self._handle_events(None)
+    def _poll(self, timeout: float | None = None) -> list[_Slot]:
+        return self._handle_events(timeout)
 
     def _handle_events(self, timeout: float | None) -> list[_Slot]:
         """Wait for messages or exits and handle them; return the workers that failed.

@@ -740,8 +740,8 @@ class RayRuntime(Supervisor):
     def _kill(self, actor: _Actor) -> None:
         ray.kill(actor.handle, no_restart=True)
 
-    def _poll(self) -> list[_Actor]:
-        return self._handle_events()
+    def _poll(self, timeout: float | None = None) -> list[_Actor]:
+        return self._handle_events(timeout)
 
     def _spawn(self, actor: _Actor) -> None:
         """Create the actor; it warms up, then opens its end of the connection (async)."""
@@ -811,11 +811,14 @@ class RayRuntime(Supervisor):
         except OSError:
             pass  # it died: its connection reads as closed at the next wait, which restarts it
 
-    def _handle_events(self) -> list[_Actor]:
-        """Wait for results (and for starting actors); return the actors that failed."""
+    def _handle_events(self, timeout: float | None = None) -> list[_Actor]:
+        """Wait for results (and for starting actors), at most ``timeout`` seconds (None:
+        until one); return the actors that failed."""
         restarting = any(a.starting is not None for a in self._actors)
         failed = self._poll_starting(timeout=0) if restarting else []
-        for key, _ in self._selector.select(RESTART_POLL_S if restarting else None):
+        if restarting:
+            timeout = RESTART_POLL_S if timeout is None else min(timeout, RESTART_POLL_S)
+        for key, _ in self._selector.select(timeout):
             actor = key.data
             if actor in failed:
                 continue
