@@ -765,10 +765,18 @@ class TrainConfig:
                 "client_trace: drives edge clients under fedavg (or a scheduler of yours that "
                 "reads it, such as FedBuff); use --scheduler fedavg --clients K"
             )
-        if self.cluster != "homogeneous" or self.client_link_sigma:
+        from hybrid.cluster_profile import is_profile_path
+
+        # A measured profile prices a task on this machine and the trace scales it by each
+        # client's speed; a built-in cluster's speeds would compete with the trace's.
+        if not (self.cluster == "homogeneous" or is_profile_path(self.cluster)):
             raise ConfigError(
                 "client_trace: the trace sets each client's speed and links; leave cluster "
-                "homogeneous and client_link_sigma 0"
+                "homogeneous (or a measured profile PATH.json) and client_link_sigma 0"
+            )
+        if self.client_link_sigma:
+            raise ConfigError(
+                "client_trace: the trace sets each client's links; leave client_link_sigma 0"
             )
         if self.dp_clip:
             raise ConfigError(

@@ -4,6 +4,7 @@ against their closed forms."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -165,3 +166,30 @@ def test_a_profiled_client_run_resumes_bit_exact(tmp_path: Path) -> None:
         assert resumed.summary["final_params_sha256"] == full.summary["final_params_sha256"]
         assert resumed.summary["virtual_time_s"] == full.summary["virtual_time_s"], index
         assert metric_rows(crashed) == metric_rows(full.run_dir)
+
+
+def test_a_trace_drives_clients_on_a_profile(tmp_path: Path) -> None:
+    """The trace's speeds scale the profile's task cost end to end: a client at half speed
+    takes twice the work, and only the clients the trace has online are sampled."""
+    trace = tmp_path / "trace.json"
+    clients = []
+    for client, speed in enumerate([1.0, 0.5, 1.0, 1.0]):
+        online = [[0.0, 1e6]] if client < 2 else []
+        clients.append(
+            {
+                "client": client,
+                "compute_speed": speed,
+                "uplink_mbps": 1e4,
+                "downlink_mbps": 1e4,
+                "available": online,
+            }
+        )
+    write_trace({"period_s": 0.0, "clients": clients}, trace)
+    cfg = _config(tmp_path, client_link_sigma=0.0, client_trace=str(trace))
+    cfg.validate()  # a trace on a measured profile is accepted
+    _run(cfg)
+    lines = (Path(cfg.out) / "spans.jsonl").read_text().splitlines()
+    spans = [json.loads(line) for line in lines]
+    assert sorted({span["worker"] for span in spans}) == [0, 1]  # only the online clients
+    work = {span["worker"]: span["upload_start"] - span["start"] for span in spans}
+    assert work[1] / work[0] == pytest.approx(2.0, rel=0.05)  # the wake-up aside
