@@ -93,6 +93,15 @@ This bookkeeping (busy ids, restarts, counters, checkpoints, result order) is th
 ``Supervisor``'s in ``_parallel.py``, shared with the ray runtime; this module supplies
 the transport: spawning a process, sending on its pipe, polling pipes and sentinels.
 
+Decentralized runs
+------------------
+With ``per_worker_snapshots`` (``gossip``, ``ad-psgd``, ``sgp``) the K replicas are the rows
+of one more shared tensor, with their optimizer states and one lock per row
+(``shared_replicas``). A task message names the worker's row; the worker reads it itself.
+For AD-PSGD the loop then sends the worker a mix order (the neighbour its scheduler drew)
+ahead of its next task, and the worker averages the pair and steps its replica under the
+two rows' locks, reporting ``mixed``; ``settle`` waits for the orders still out.
+
 Edge clients
 ------------
 With ``clients`` the K clients share the ``workers`` processes (``hybrid.runtimes.pool``):

@@ -6,6 +6,10 @@ direction, computed at the replica it read when it started (possibly stale). Ave
 pair conserves the replicas' mean. A replica may have been averaged by others while its
 worker computed: that count is the gossip staleness (``gossip_staleness_mean`` /
 ``_max``); τ itself counts every step applied anywhere (unit: updates).
+
+The scheduler only draws the pair (``MixingStep.pairs``). On processes the worker itself
+then averages the two shared rows and steps its own, holding both rows' locks unless
+``pair_lock`` is off (``hybrid.runtimes.shared_replicas``).
 """
 
 from __future__ import annotations
