@@ -100,7 +100,7 @@ class ReplicaApplier:
                     dataclasses.replace(
                         shared,
                         params=self.rows[k],
-                        extras=shared.extras | {REPLICA_READ: (k, self._scale(k), self.locked)},
+                        extras=shared.extras | {REPLICA_READ: (k, self._weight(k), self.locked)},
                     ),
                 )
                 for k in worker_ids
@@ -151,8 +151,8 @@ class ReplicaApplier:
         settled, every pair mix its workers were ordered to do has landed."""
         model.params.copy_(self.average())
 
-    def _scale(self, k: int) -> float:
-        return 1.0 / float(self.weights[k]) if self.push_sum else 1.0
+    def _weight(self, k: int) -> float:
+        return float(self.weights[k]) if self.push_sum else 1.0
 
     # --- the maths -----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_runtimes import _descendants, _eventually_empty, _shm
+from test_runtimes import no_leaks  # noqa: F401  (the fixture, used below)
 
 import hybrid
 from hybrid.assembly import env_settings, make_task, runtime_settings, worker_pool
@@ -20,6 +20,9 @@ from hybrid.runtimes import make_runtime
 from hybrid.runtimes.shared_replicas import BROKEN_LOCKS
 from hybrid.schedulers import AdPsgd, AdPsgdSettings
 from hybrid.trainer import initial_params
+
+# every test here: no worker process and no shared-memory segment outlives it
+pytestmark = pytest.mark.usefixtures("no_leaks")
 
 
 def processes_run(**overrides) -> TrainConfig:
@@ -37,18 +40,6 @@ def processes_run(**overrides) -> TrainConfig:
         progress=False,
         env_defaults=False,
     ).replace(**overrides)
-
-
-@pytest.fixture
-def no_leaks():
-    """No worker process and no shared-memory segment outlives the test."""
-    before_procs, before_shm = set(_descendants()), _shm()
-    yield
-    left = _eventually_empty(
-        lambda: {p: c for p, c in _descendants().items() if p not in before_procs}
-    )
-    assert not left, f"processes left behind: {left}"
-    assert not (_shm() - before_shm), "shared-memory segments left in /dev/shm"
 
 
 def mix_without_steps(cfg: TrainConfig, tasks: int) -> tuple[torch.Tensor, ReplicaApplier, int]:
@@ -87,7 +78,7 @@ def mix_without_steps(cfg: TrainConfig, tasks: int) -> tuple[torch.Tensor, Repli
 
 
 @pytest.mark.parametrize("topology", ["ring", "complete"])
-def test_locked_pair_averages_conserve_the_replicas_mean_and_never_deadlock(topology, no_leaks):
+def test_locked_pair_averages_conserve_the_replicas_mean_and_never_deadlock(topology):
     """Averaging a pair conserves the replicas' mean; a pair update torn by a concurrent one
     that shares a row (lock-free) loses part of an average and moves it. Locks are taken in
     row order, so N=4 workers on a ring or the complete graph never wait on each other in a
@@ -105,7 +96,7 @@ def consensus_spread(rows: torch.Tensor) -> float:
     return float((rows - rows.mean(dim=0)).norm(dim=1).mean() / rows.norm(dim=1).mean())
 
 
-def test_lock_free_ad_psgd_runs_and_finishes(no_leaks, tmp_path):
+def test_lock_free_ad_psgd_runs_and_finishes(tmp_path):
     result = hybrid.train(
         processes_run(scheduler_args={"pair_lock": False}, out=str(tmp_path / "free"))
     )
@@ -115,7 +106,7 @@ def test_lock_free_ad_psgd_runs_and_finishes(no_leaks, tmp_path):
     assert np.isfinite(result.params.numpy()).all()
 
 
-def test_no_replica_travels_through_a_pipe(no_leaks, tmp_path):
+def test_no_replica_travels_through_a_pipe(tmp_path):
     """A task message names the worker's row; the replica is read from shared memory. So the
     bytes sent to the workers per task are far below one replica's (4 bytes a parameter)."""
     result = hybrid.train(processes_run(hidden=256, out=str(tmp_path / "bytes")))
@@ -124,3 +115,46 @@ def test_no_replica_travels_through_a_pipe(no_leaks, tmp_path):
     per_task = row["sched/pipe_bytes_down"] / result.summary["tasks"]
     assert per_task < replica_bytes / 20, (per_task, replica_bytes)
     assert row["decentral/broken_locks"] == 0
+
+
+def test_sgp_on_shared_rows_is_reproducible(tmp_path):
+    """A round's maths does not depend on who arrives first, so SGP under a delay (push-sum
+    weights away from 1, which each worker's read of its shared row de-biases) is
+    bit-reproducible on processes."""
+    cfg = processes_run(scheduler="sgp", scheduler_args={"delay": 1}, total_env_steps=1_000)
+    first = hybrid.train(cfg.replace(out=str(tmp_path / "a")))
+    again = hybrid.train(cfg.replace(out=str(tmp_path / "b")))
+    assert first.summary["final_params_sha256"] == again.summary["final_params_sha256"]
+    assert first.summary["mixes"] > 2 and first.summary["consensus_distance"] > 0
+
+
+def test_a_workers_read_of_its_shared_row_is_the_loops_de_biased_replica():
+    """What a worker reads (``SharedReplicas.read``, told the row's push-sum weight by its
+    task) is what the loop would have sent it: z_k = x_k / w_k, bit for bit."""
+    import multiprocessing
+
+    from hybrid.core.global_model import ServerSettings
+    from hybrid.runtimes.shared_replicas import SharedReplicas
+
+    class Exchange:
+        def __init__(self) -> None:
+            context = multiprocessing.get_context("spawn")
+            self.shared_replicas = SharedReplicas.create(context, ServerSettings(), 4, 6)
+
+        def order_pair_mix(self, *args: object) -> None:
+            raise AssertionError("SGP mixes in the loop")
+
+    model = GlobalModel(torch.linspace(-1, 1, 6))
+    shared = ReplicaApplier(model, 4, Exchange())
+    local = ReplicaApplier(model, 4)
+    for applier in (shared, local):
+        applier.rows.copy_(torch.randn(4, 6, generator=torch.Generator().manual_seed(1)))
+        applier.mix(np.full((4, 4), 0.25) + np.diag([0.5, 0, 0, 0]) - 0.125, push_sum=True)
+    snapshots = shared.snapshots(model, make_task(ComputeGradient, TrainConfig()), 0.0, [1, 2])
+    for ids, snapshot in snapshots:
+        row, weight, locked = snapshot.extras["replica_read"]
+        assert (row, locked) == (ids[0], True) and weight != 1.0
+        read = torch.empty(6)
+        assert shared.shared is not None
+        shared.shared.read(row, read, weight, locked)
+        assert torch.equal(read, local.debiased(row))

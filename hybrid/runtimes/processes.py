@@ -175,7 +175,7 @@ STOP_GRACE_S = 2.0
 
 OWN_REPLICA = "own_replica"
 """Extras key of a task that starts from its worker's replica (``per_worker_snapshots``): (row,
-push-sum scale, read under the row's lock, version). The replica itself is read from the
+push-sum weight, read under the row's lock, version). The replica itself is read from the
 shared rows (``hybrid.runtimes.shared_replicas``); only these four numbers travel."""
 
 
@@ -281,8 +281,8 @@ def _worker_main(
             client_id = message[4] if len(message) > 4 else None
             extras = unpack(extras or {})
             if OWN_REPLICA in extras and replicas is not None:  # decentralized: its own row
-                row, scale, locked, version = extras.pop(OWN_REPLICA)
-                replicas.read(row, local, scale, locked)
+                row, weight, locked, version = extras.pop(OWN_REPLICA)
+                replicas.read(row, local, weight, locked)
                 torn = False
             elif hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
@@ -536,8 +536,8 @@ class ProcessRuntime(Supervisor):
     def _prepare(self, snapshot: Snapshot) -> tuple[Task, Any, float]:
         if self.per_worker_snapshots:  # the worker reads its own row: only which one travels
             extras = dict(snapshot.extras)
-            row, scale, locked = extras.pop(REPLICA_READ)
-            own = {OWN_REPLICA: (int(row), float(scale), bool(locked), snapshot.version)}
+            row, weight, locked = extras.pop(REPLICA_READ)
+            own = {OWN_REPLICA: (int(row), float(weight), bool(locked), snapshot.version)}
             return (snapshot.task, pack(extras | own), snapshot.progress)
         self._publish(snapshot)  # θ goes through shared memory, the rest through the pipe
         extras = pack(snapshot.extras) if snapshot.extras else None

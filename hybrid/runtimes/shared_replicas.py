@@ -3,7 +3,7 @@
 The K replicas are the rows of one shared [K, numel] float32 tensor, as Hogwild!'s θ is one
 shared tensor: the main process (the loop's ``hybrid.replicas.ReplicaApplier``) and every
 worker process map the same pages, so no replica travels through a pipe. Worker k reads
-its row when a task starts; a task message only says which row, its push-sum scale and
+its row when a task starts; a task message only says which row, its push-sum weight and
 whether to read it under the row's lock.
 
 Each replica's optimizer state (Adam's moments, RMSProp's average, a momentum buffer) is
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from hybrid.core.global_model import GlobalModel, ServerSettings
 
 REPLICA_READ = "replica_read"
-"""Extras key of a snapshot whose worker reads its replica from the shared rows: (row,
-push-sum scale 1/w, read under the row's lock)."""
+"""Extras key of a snapshot whose worker reads its replica from the shared rows: (row, its
+push-sum weight w, read under the row's lock)."""
 LOCK_TIMEOUT_S = 10.0
 """Longer than any mix (two row copies and an optimizer step) takes on a busy machine."""
 WRITES, BROKEN_LOCKS = 0, 1  # the words of ``counters``' last dimension
@@ -114,14 +114,14 @@ class SharedReplicas:
 
     # --- what a worker process does -----------------------------------------------------------
 
-    def read(self, k: int, out: torch.Tensor, scale: float, locked: bool) -> int:
-        """Copy replica k, de-biased by ``scale`` (1 / its push-sum weight), into ``out``;
-        return how many writes row k had then (for the gossip staleness of this read)."""
+    def read(self, k: int, out: torch.Tensor, weight: float, locked: bool) -> int:
+        """Copy replica k, de-biased by its push-sum ``weight`` (z = x / w, as the loop
+        computes it), into ``out``; return how many writes row k had then."""
         with self.locked([k], locked):
             out.copy_(self.rows[k])
             writes = int(self.counters[k, WRITES])
-        if scale != 1.0:
-            out.mul_(scale)
+        if weight != 1.0:
+            out.div_(weight)
         return writes
 
     def pair_mix(
