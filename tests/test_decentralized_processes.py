@@ -158,3 +158,15 @@ def test_a_workers_read_of_its_shared_row_is_the_loops_de_biased_replica():
         assert shared.shared is not None
         shared.shared.read(row, read, weight, locked)
         assert torch.equal(read, local.debiased(row))
+
+
+def test_ad_psgd_survives_killed_workers(tmp_path):
+    """A worker SIGKILLed mid-task (or mid-mix, holding row locks: the others pass a lock
+    held past its timeout) is restarted on the same shared rows and the run completes."""
+    result = hybrid.train(
+        processes_run(workers=2, inject_worker_faults=0.05, seed=3, out=str(tmp_path / "k"))
+    )
+    row = result.metrics("train")[-1]
+    assert row["sched/worker_restarts"] >= 1
+    assert result.summary["mixes"] == result.summary["updates"] > 0
+    assert np.isfinite(result.params.numpy()).all()
