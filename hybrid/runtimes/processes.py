@@ -251,6 +251,7 @@ def _worker_main(
                 build_global_model(settings.server, torch.zeros_like(theta)), worker_id
             )
         pending: Step | None = None  # the last direction, until the loop orders its mix
+        row_writes_at_read = 0
         if worker is not None:
             warm_up(worker)
         else:  # edge clients, built per task: pay the lazy start-up on a throw-away one
@@ -282,7 +283,7 @@ def _worker_main(
             extras = unpack(extras or {})
             if OWN_REPLICA in extras and replicas is not None:  # decentralized: its own row
                 row, weight, locked, version = extras.pop(OWN_REPLICA)
-                replicas.read(row, local, weight, locked)
+                row_writes_at_read = replicas.read(row, local, weight, locked)
                 torn = False
             elif hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
@@ -296,6 +297,11 @@ def _worker_main(
                 update = worker.run_task(snapshot)
             else:  # an edge client's task: built here, from its id, and released
                 update = pool.run(client_id, snapshot, client_models)
+            if replicas is not None:
+                # the gossip staleness as it happened: others' averages into our row while we
+                # computed (we write it only in our own mix, after this)
+                writes = replicas.row_writes(worker_id) - row_writes_at_read
+                update.stats["decentral/gossip_staleness_measured"] = float(writes)
             record = update_record(update)
             payload = update.payload
             if replicas is not None and isinstance(payload, torch.Tensor):

@@ -114,6 +114,10 @@ class SharedReplicas:
 
     # --- what a worker process does -----------------------------------------------------------
 
+    def row_writes(self, k: int) -> int:
+        """Times row k has been written so far (averages into it and its own steps)."""
+        return int(self.counters[k, WRITES])
+
     def read(self, k: int, out: torch.Tensor, weight: float, locked: bool) -> int:
         """Copy replica k, de-biased by its push-sum ``weight`` (z = x / w, as the loop
         computes it), into ``out``; return how many writes row k had then."""
