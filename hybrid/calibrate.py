@@ -457,6 +457,8 @@ def span_stats(run_dir: Path, summary: dict[str, Any], warm_up: int = 2) -> Span
     with open(run_dir / "spans.jsonl") as f:
         for line in f:
             row = json.loads(line)
+            if "mix" in row:  # a decentralized run's mix of replicas, not a task
+                continue
             rows.setdefault(int(row["worker"]), []).append(row)
     durations: list[float] = []
     gaps: list[float] = []

@@ -429,6 +429,13 @@ class Tracker:
         )
         self._rows["spans.jsonl"] += 1
 
+    def mixing(self, event: dict[str, Any]) -> None:
+        """Record one mix of a decentralized run's replicas (``hybrid.replicas.mixing_event``)
+        as a line of spans.jsonl beside the tasks, so it is flushed, checkpointed and cut on
+        resume with them; ``hybrid timeline`` draws it between the workers' rows."""
+        self._spans.write(json.dumps(finite_json(event), allow_nan=False) + "\n")
+        self._rows["spans.jsonl"] += 1
+
     def offsets(self) -> dict[str, Any]:
         """Byte lengths of the logs now, and their rows: a resume cuts what a crashed run
         wrote after them."""

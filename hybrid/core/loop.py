@@ -29,9 +29,9 @@ from hybrid.core.scheduler_checks import check_ready, check_verdict
 from hybrid.errors import ConfigError
 from hybrid.evaluation import Evaluator
 from hybrid.protocol import Payload, Snapshot, Task, Update
-from hybrid.replicas import ReplicaApplier
+from hybrid.replicas import ReplicaApplier, mixing_event
 from hybrid.runtimes import Runtime
-from hybrid.schedulers import Guarded, ReplicaScheduler, Scheduler, Verdict
+from hybrid.schedulers import Guarded, MixingStep, ReplicaScheduler, Scheduler, Verdict
 from hybrid.tracking import Tracker
 
 
@@ -212,9 +212,12 @@ class Training:
         self.learner = learner
         self.runtime = runtime
         # Who writes θ is the runtime's choice (Hogwild!: its workers); a decentralized
-        # scheduler's workers each step a replica of their own.
+        # scheduler's workers each step a replica of their own (in shared memory where the
+        # runtime's workers share them).
         self.applier: Applier = (
-            ReplicaApplier(global_model, scheduler.workers)
+            ReplicaApplier(
+                global_model, scheduler.workers, runtime.replica_exchange(), scheduler.pair_lock
+            )
             if isinstance(scheduler, ReplicaScheduler)
             else runtime.applier
         )
@@ -275,7 +278,7 @@ class Training:
         global_model, scheduler, runtime = self.global_model, self.scheduler, self.runtime
         while stats.env_steps < settings.total_env_steps:
             if self.stop_signal is not None:
-                runtime.settle()
+                self.settle()
                 raise Interrupted(self.stop_signal, self.checkpoint())
             idle = runtime.idle_workers()
             starting = scheduler.ready(idle, global_model.version)
@@ -334,6 +337,8 @@ class Training:
                     stats.window_grad_norms.append(
                         self.applier.apply(global_model, direction, progress)
                     )
+                if isinstance(step, MixingStep) and isinstance(self.applier, ReplicaApplier):
+                    self.record_mix(step)
                 self.check_finite(applied=True)
             elif st.nonfinite_streak:
                 self.check_finite(applied=False)
@@ -362,13 +367,31 @@ class Training:
                 self.checkpoint()
 
         train_wall_s = self.train_s()
-        runtime.settle()  # from here on, the global model is what the summary describes
+        self.settle()  # from here on, the global model is what the summary describes
         if st.last_eval is None or st.last_eval[0] != stats.env_steps:
             self.evaluate()
         assert st.last_eval is not None
         if settings.checkpoint_every:
             self.checkpoint()
         return self.summary(train_wall_s)
+
+    def settle(self) -> None:
+        """The runtime settles; a decentralized run's global model is then the average of
+        the replicas as its workers left them."""
+        self.runtime.settle()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.refresh(self.global_model)
+
+    def record_mix(self, step: MixingStep) -> None:
+        """One line of the exchanges' timeline, at the arrival of the step's last update."""
+        if step.mixing is None:
+            return
+        assert isinstance(self.applier, ReplicaApplier)
+        when = max((float(u.finished_s) for u in step.updates), default=None)
+        if when is None:
+            virtual = self.runtime.virtual_time()
+            when = virtual if virtual is not None else self.train_s()
+        self.tracker.mixing(mixing_event(step, self.applier.mixes, when))
 
     def task_groups(
         self, starting: Sequence[int | tuple[int, Mapping[str, Any]]], snapshot: Snapshot

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from hybrid.envs import EnvInfo
     from hybrid.runtimes.pool import WorkerPool
     from hybrid.runtimes.settings import RuntimeSettings
+    from hybrid.runtimes.shared_replicas import ReplicaExchange
 
 
 class Runtime(Protocol):
@@ -56,6 +57,12 @@ class Runtime(Protocol):
         hash and validation errors)."""
         ...
 
+    def replica_exchange(self) -> ReplicaExchange | None:
+        """Where a decentralized run's replicas live when the workers share them (processes:
+        rows of shared memory, and AD-PSGD's pair mixes run in the workers); None: the loop
+        keeps them in its own memory and each task carries its replica."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
@@ -76,6 +83,9 @@ class RuntimeDefaults:
 
     def summary_fields(self) -> dict[str, Any]:
         return {}
+
+    def replica_exchange(self) -> ReplicaExchange | None:
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {}
