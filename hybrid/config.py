@@ -79,7 +79,10 @@ def _with_built_in_scheduler_fields(after: dict[str, str]) -> Callable[[type], t
     after={"bounded": "server_beta2", "hybrid": "inject_worker_faults", "fedavg": "clients"}
 )
 class TrainConfig:
-    """Train one agent under one update scheduler. Every field is also a CLI flag."""
+    """Train one agent under one update scheduler. Every field is also a CLI flag.
+
+    The built-in schedulers' own fields (staleness_bound, learner_batch, client_fraction...)
+    are declared once, on their Settings dataclasses (hybrid/scheduler_settings.py)."""
 
     # --- task and schedule -------------------------------------------------------------------
     env: str = "CartPole-v1"

@@ -3,11 +3,12 @@
 Each built-in scheduler declares its dataclass as ``Settings`` and is built as
 ``cls(workers, settings)``, exactly as a scheduler of your own. The dataclasses live here,
 apart from the schedulers, because they import nothing heavy: ``TrainConfig`` takes its
-flat scheduler fields' defaults from them (``--staleness-bound``...), ``FIELD_OWNERS``
-its owners, and ``validate`` runs their checks, all without importing a scheduler (or
-torch). A new knob of a built-in scheduler is one field here: ``TrainConfig`` gains it as a
-field (a flag, a sweep key, a config.json entry), owned by its scheduler in
-``FIELD_OWNERS``, checked by the dataclass; the scheduler reads it from its settings.
+flat scheduler fields from them (``--staleness-bound``...: type, default and docstring, the
+flag's --help text), ``FIELD_OWNERS`` their owners, and ``validate`` runs their checks, all
+without importing a scheduler (or torch). A new knob of a built-in scheduler is one field
+here, with its docstring: ``TrainConfig`` gains it as a field (a documented flag, a sweep
+key, a config.json entry), owned by its scheduler in ``FIELD_OWNERS``, checked by the
+dataclass; the scheduler reads it from its settings.
 """
 
 from __future__ import annotations
