@@ -23,36 +23,66 @@ from hybrid.scheduler_settings import (
     INT_MAX,
     coerce_setting,
     config_fields,
+    config_type,
     field_defaults,
+    field_docs,
     fold_scheduler_args,
     settings_from_fields,
 )
 
-# The built-in schedulers' own fields: their defaults (and checks) are those of each
-# scheduler's Settings dataclass (hybrid/scheduler_settings.py), written there once.
-_BOUNDED = field_defaults(BUILT_IN_SETTINGS["bounded"])
-_ACTOR_LEARNER = field_defaults(BUILT_IN_SETTINGS["hybrid"])
-_FEDAVG = field_defaults(BUILT_IN_SETTINGS["fedavg"])
 
+def _with_built_in_scheduler_fields(after: dict[str, str]) -> Callable[[type], type]:
+    """Give the class every built-in scheduler setting (hybrid/scheduler_settings.py) as a
+    field of the setting's type, default and docstring: a knob added to a scheduler's
+    Settings is a config field, a flag with its --help text, a sweep key and a config.json
+    entry at once, written there once. ``after`` places each scheduler's fields (its
+    Settings' order) after the named field, so --help lists them in their section.
 
-def _with_built_in_scheduler_fields(cls: type) -> type:
-    """Give ``cls`` every built-in scheduler setting it does not declare itself, as a field
-    of the setting's type and default: a knob added to a scheduler's Settings is a config
-    field, a flag, a sweep key and a config.json entry at once. (Declaring it in the class
-    body as well, with its default taken from the Settings, adds its --help text.)"""
-    annotations = cls.__annotations__  # its own (the dataclass reads it), not a copy
-    for settings_class in BUILT_IN_SETTINGS.values():
-        for f in config_fields(settings_class):
-            if f.name not in annotations:
-                annotations[f.name] = f.type
-                setattr(cls, f.name, f.default)
-    return cls
+    The help text goes in the field's ``metadata["help"]``, the dataclass convention tyro
+    reads (as argparse-style config classes do), rather than in an ``Annotated`` tyro marker
+    on the type: this module stays free of tyro, and the types stay the plain ones that
+    ``dataclasses.fields``, the sweep and config.json see."""
+
+    def add_fields(cls: type) -> type:
+        annotations = cls.__annotations__  # its own (the dataclass reads it), not a copy
+        declared = list(annotations.items())
+        placed: dict[str, list[str]] = {}
+        for scheduler, settings_class in BUILT_IN_SETTINGS.items():
+            docs = field_docs(settings_class)
+            for f in config_fields(settings_class):
+                if f.name in annotations:  # two docstrings, two defaults: they would drift
+                    raise TypeError(
+                        f"{cls.__name__}.{f.name}: a field of {settings_class.__name__}, "
+                        "declared there only"
+                    )
+                help_text = f"{scheduler}: {docs.get(f.name, 'its setting ' + f.name)}"
+                setattr(
+                    cls, f.name, dataclasses.field(default=f.default, metadata={"help": help_text})
+                )
+                placed.setdefault(after.get(scheduler, ""), []).append(f.name)
+                annotations[f.name] = config_type(f)
+        order = [name for name, _ in declared]
+        for anchor, names in placed.items():
+            # a scheduler ``after`` does not name: its fields go last
+            at = order.index(anchor) + 1 if anchor else len(order)
+            order[at:at] = names
+        reordered = {name: annotations[name] for name in order}
+        annotations.clear()
+        annotations.update(reordered)
+        return cls
+
+    return add_fields
 
 
 @dataclass
-@_with_built_in_scheduler_fields
+@_with_built_in_scheduler_fields(
+    after={"bounded": "server_beta2", "hybrid": "inject_worker_faults", "fedavg": "clients"}
+)
 class TrainConfig:
-    """Train one agent under one update scheduler. Every field is also a CLI flag."""
+    """Train one agent under one update scheduler. Every field is also a CLI flag.
+
+    The built-in schedulers' own fields (staleness_bound, learner_batch, client_fraction...)
+    are declared once, on their Settings dataclasses (hybrid/scheduler_settings.py)."""
 
     # --- task and schedule -------------------------------------------------------------------
     env: str = "CartPole-v1"
@@ -121,11 +151,7 @@ class TrainConfig:
     server_beta2: float = 0.99
     """fedadam / fedyogi: second-moment β2, in [0, 1) (the paper's 0.99, not torch's 0.999)."""
 
-    # --- bounded staleness -----------------------------------------------------------------------
-    staleness_bound: int = _BOUNDED["staleness_bound"]
-    """SSP bound s: a worker may run at most s clocks ahead of the slowest (bounded only)."""
-    staleness_aware_lr: bool = _BOUNDED["staleness_aware_lr"]
-    """Scale each step by 1/max(1, tau), tau = staleness (Zhang et al. 2016; bounded only)."""
+    # --- bounded staleness: BoundedSettings' fields go here (the decorator's ``after``) ------
 
     # --- serial runtime: the virtual clock's cost model -------------------------------------------
     cluster: str = "homogeneous"
@@ -167,11 +193,7 @@ class TrainConfig:
     inject_worker_faults: float = 0.0
     """Chance per task that its worker is SIGKILLed (processes, ray; seeded): fault studies."""
 
-    # --- actor-learner (hybrid scheduler) and Q-learning -------------------------------
-    learner_batch: int = _ACTOR_LEARNER["learner_batch"]
-    """hybrid: trajectories per learner batch (B)."""
-    max_policy_lag: int = _ACTOR_LEARNER["max_policy_lag"]
-    """hybrid: drop trajectories acted more than this many versions ago."""
+    # --- actor-learner (hybrid scheduler; ActorLearnerSettings' fields first) and Q-learning --
     correction: str = "vtrace"
     """hybrid + a2c: off-policy correction of the learner, vtrace or none (the ablation)."""
     rho_bar: float = 1.0
@@ -201,14 +223,12 @@ class TrainConfig:
     target_every: int = 100
     """nstep_q: refresh the target network every this many global versions."""
 
-    # --- federated ------------------------------------------------------------------
+    # --- federated (FedAvgSettings' fields follow ``clients``) ------------------------------
     clients: int | None = None
     """Simulated edge clients K (hybrid/clients.py), worker ids 0..K-1: each runs its own env
     variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
     on demand for each task, so memory grows with the clients per round, not with K (topk error
     feedback is then per task). Unset: the persistent `workers` are the participants."""
-    client_fraction: float = _FEDAVG["client_fraction"]
-    """fedavg: fraction C of the K clients sampled per round, max(1, floor(C*K)); in (0, 1]."""
     local_steps: int = 50
     """fedavg: local updates E per client and round, each one rollout of rollout_steps. An
     on-demand client's envs start afresh each round: E * rollout_steps bounds its episodes."""
@@ -232,16 +252,6 @@ class TrainConfig:
     """Median client downlink in Mbit/s (θ's download time on the virtual clock)."""
     client_link_sigma: float = 0.0
     """Lognormal sigma of the client links around their medians (0: all equal)."""
-    client_dropout: float = _FEDAVG["client_dropout"]
-    """fedavg: probability that a sampled client drops out of its round (never reports)."""
-    client_availability: float = _FEDAVG["client_availability"]
-    """fedavg: probability that a client can be sampled in a given round."""
-    round_deadline_s: float = _FEDAVG["round_deadline_s"]
-    """fedavg: seconds after a round starts when the server stops waiting (0: no deadline);
-    virtual seconds on the serial runtime, wall seconds on processes and ray."""
-    late_policy: str = _FEDAVG["late_policy"]
-    """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
-    with its staleness (admit: asynchronous FL)."""
     # --- federated: hostile and private rounds (fedavg's server, the clients' behaviour) -------
     aggregator: str = "mean"
     """fedavg: how the server combines a round's Δs: mean (sample-weighted), median
@@ -923,9 +933,15 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
         "server_momentum",
     ),
     # a built-in scheduler owns the fields of its Settings dataclass (hybrid.registry)
-    "bounded": tuple(_BOUNDED),
-    "actor_learner": tuple(_ACTOR_LEARNER),
-    "fedavg": (*_FEDAVG, "local_steps", "local_optimizer", "local_lr", "prox_mu"),
+    "bounded": tuple(field_defaults(BUILT_IN_SETTINGS["bounded"])),
+    "actor_learner": tuple(field_defaults(BUILT_IN_SETTINGS["hybrid"])),
+    "fedavg": (
+        *field_defaults(BUILT_IN_SETTINGS["fedavg"]),
+        "local_steps",
+        "local_optimizer",
+        "local_lr",
+        "prox_mu",
+    ),
     "clients": (
         "clients",
         "client_dynamics",
