@@ -91,6 +91,12 @@ class ReplicaApplier:
         model.count_version()
         return float(np.mean(norms)) if norms else 0.0
 
+    def gather(self, model: GlobalModel) -> None:
+        """Bring ``model`` (the replicas' average) up to date before it is evaluated or
+        checkpointed: here every step already wrote it; an applier whose replicas live in
+        the workers (the ray runtime's actors) fetches them."""
+        del model
+
     # --- the maths -----------------------------------------------------------------------------
 
     def debiased(self, k: int) -> torch.Tensor:

@@ -213,8 +213,10 @@ class Training:
         self.runtime = runtime
         # Who writes θ is the runtime's choice (Hogwild!: its workers); a decentralized
         # scheduler's workers each step a replica of their own.
+        # (On ray, the actors hold those replicas: the runtime supplies the applier.)
         self.applier: Applier = (
-            ReplicaApplier(global_model, scheduler.workers)
+            runtime.replica_applier(global_model, scheduler)
+            or ReplicaApplier(global_model, scheduler.workers)
             if isinstance(scheduler, ReplicaScheduler)
             else runtime.applier
         )
@@ -255,6 +257,8 @@ class Training:
     def evaluate(self) -> float:
         st = self.state
         started = time.perf_counter()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.gather(self.global_model)  # θ̄, where the replicas live elsewhere
         returns = self.evaluator.evaluate(self.global_model.params)
         mean = float(returns.mean())
         st.last_eval = (st.stats.env_steps, mean)
@@ -488,6 +492,8 @@ class Training:
     def checkpoint(self) -> Path:
         """Write everything a resume needs, atomically; returns the file."""
         started = time.perf_counter()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.gather(self.global_model)  # θ̄ and every replica, wherever they live
         state = {
             "format": 1,
             "config": self.settings.config,  # a resume checks config.json against it

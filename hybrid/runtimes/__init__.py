@@ -56,6 +56,11 @@ class Runtime(Protocol):
         hash and validation errors)."""
         ...
 
+    def replica_applier(self, model: GlobalModel, scheduler: Any) -> Applier | None:
+        """A decentralized run's applier when this runtime's workers hold the replicas
+        themselves (the ray actors); None: the loop holds them (``ReplicaApplier``)."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
@@ -76,6 +81,10 @@ class RuntimeDefaults:
 
     def summary_fields(self) -> dict[str, Any]:
         return {}
+
+    def replica_applier(self, model: GlobalModel, scheduler: Any) -> Applier | None:
+        del model, scheduler
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -47,6 +47,9 @@ class ReplicaScheduler(Scheduler):
     """The loop keeps one replica per worker (``hybrid.replicas.ReplicaApplier``)."""
     evaluate_replicas: bool = False
     """The loop evaluates every replica at the end, besides their average."""
+    push_sum: ClassVar[bool] = False
+    """Its steps keep push-sum weights or delays (sgp): the ray runtime then leaves the
+    replicas with the loop instead of its actors."""
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)
