@@ -323,7 +323,7 @@ class ActorReplicas(ReplicaApplier):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.measurements = int(state.get("measurements", self.applied))
-        self.fresh = True
+        self.fresh = False  # the next gather reads them back from the actors
         optimizers = [o.optimizer.state_dict() for o in self.optimizers]
         self.transport.seed_replicas(self.rows, optimizers)
 
