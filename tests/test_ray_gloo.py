@@ -5,17 +5,20 @@ tests/test_ray_cluster.py."""
 from __future__ import annotations
 
 import json
+import socket
 
 import numpy as np
 import pytest
 import torch
 from test_decentralized import small_run
+from test_runtimes import _descendants, _eventually_empty
 
 import hybrid
 from hybrid.checkpoint import list_checkpoints, load
 
 pytest.importorskip("ray", reason="the ray runtime is an extra: pip install hybrid-rl[ray]")
 
+from hybrid.runtimes import _gloo
 from hybrid.runtimes import ray as ray_runtime
 
 
@@ -31,7 +34,22 @@ def test_gossip_through_gloo_equals_the_loops_own_mixing(tmp_path, monkeypatch):
         scheduler="gossip",
         scheduler_args={"topology": "ring", "evaluate_replicas": True},
     )
+    before = set(_descendants())
+    stores = []
+    opened = _gloo.Rendezvous.__init__
+
+    def spy(self, host):
+        opened(self, host)
+        stores.append(self.address)
+
+    monkeypatch.setattr(_gloo.Rendezvous, "__init__", spy)
     gloo = hybrid.train(cfg.replace(out=str(tmp_path / "gloo")))
+    # nothing left behind: no actor, no Ray daemon, no store listening
+    left = _eventually_empty(lambda: {p: c for p, c in _descendants().items() if p not in before})
+    assert not left, f"processes left behind: {left}"
+    assert stores and stores[0][0] == "127.0.0.1"  # a local Ray: the store is on loopback
+    with pytest.raises(OSError):
+        socket.create_connection(stores[0], timeout=2).close()
     monkeypatch.setattr(ray_runtime.RayRuntime, "replica_applier", lambda *_: None)
     loop = hybrid.train(cfg.replace(out=str(tmp_path / "loop")))
     torch.testing.assert_close(gloo.params, loop.params, rtol=0, atol=1e-6)
