@@ -215,7 +215,7 @@ class Training:
         # scheduler's workers each step a replica of their own.
         # (On ray, the actors hold those replicas: the runtime supplies the applier.)
         self.applier: Applier = (
-            runtime.replica_applier(global_model, scheduler)
+            runtime.replica_applier(global_model, scheduler.push_sum)
             or ReplicaApplier(global_model, scheduler.workers)
             if isinstance(scheduler, ReplicaScheduler)
             else runtime.applier

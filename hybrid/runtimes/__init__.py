@@ -56,9 +56,10 @@ class Runtime(Protocol):
         hash and validation errors)."""
         ...
 
-    def replica_applier(self, model: GlobalModel, scheduler: Any) -> Applier | None:
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> Applier | None:
         """A decentralized run's applier when this runtime's workers hold the replicas
-        themselves (the ray actors); None: the loop holds them (``ReplicaApplier``)."""
+        themselves (the ray actors); None: the loop holds them (``ReplicaApplier``).
+        ``push_sum``: the scheduler's steps keep push-sum weights or delays."""
         ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -82,8 +83,8 @@ class RuntimeDefaults:
     def summary_fields(self) -> dict[str, Any]:
         return {}
 
-    def replica_applier(self, model: GlobalModel, scheduler: Any) -> Applier | None:
-        del model, scheduler
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> Applier | None:
+        del model, push_sum
         return None
 
     def state_dict(self) -> dict[str, Any]:

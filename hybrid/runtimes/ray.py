@@ -116,7 +116,6 @@ from hybrid.runtimes.pool import WorkerPool
 if TYPE_CHECKING:
     from hybrid.core.global_model import GlobalModel
     from hybrid.runtimes.settings import RuntimeSettings
-    from hybrid.schedulers.base import Scheduler
 
 STARTUP_TIMEOUT_S = 300.0
 """How long an actor may take to start, warm up and connect (many at once on a busy node)."""
@@ -764,7 +763,7 @@ class RayRuntime(Supervisor):
 
     # -- decentralized runs: the actors hold the replicas (hybrid.runtimes._gloo) --
 
-    def replica_applier(self, model: GlobalModel, scheduler: Scheduler) -> ActorReplicas | None:
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> ActorReplicas | None:
         """The actors hold the replicas and mix them through gloo, for a decentralized
         scheduler that mixes without push-sum weights (gossip, ad-psgd) on persistent
         workers without a codec (an actor steps its replica along the update it computed,
@@ -773,7 +772,7 @@ class RayRuntime(Supervisor):
             not self.per_worker_snapshots
             or not self.pool.persistent
             or self.settings.codec != "none"
-            or getattr(scheduler, "push_sum", True)
+            or push_sum
         ):
             return None
         self._gloo = Rendezvous(ray.util.get_node_ip_address())  # loopback for a local Ray
