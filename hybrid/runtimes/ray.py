@@ -53,6 +53,12 @@ notebook's own ``ray.init`` survives a run. SIGINT or SIGTERM while Ray or the a
 start shuts the local Ray down whole (no agent left behind) and raises
 ``StartupInterrupted`` (exit code 130 / 143 in the CLI).
 
+Decentralized runs (``gossip``, ``ad-psgd``): each actor holds its own replica and its
+optimizer state, and the replicas mix between actors through a ``torch.distributed`` gloo
+group (``hybrid.runtimes._gloo``); the driver sends small commands on the task connection
+and gathers the rows only when the loop needs their average. ``sgp`` and runs with a codec
+send each replica in its task's message instead (``per_worker_snapshots``).
+
 Faults are handled as in the processes runtime: an actor that dies (``ray.kill``, a
 SIGKILL, its node lost) closes its connection, and one whose task raised reports the
 error and stops serving; either is counted, logged and replaced by a new actor with
