@@ -104,26 +104,41 @@ class ActorReplica:
     ) -> None:
         """Leave the previous group, join generation ``generation``; with ``seed``, every
         member sums (its row, 1) in one all-reduce, and one without a replica (a replacement)
-        starts from the survivors' average, with a fresh optimizer state."""
+        starts from the survivors' average, with a fresh optimizer state.
+
+        A member that holds a replica survives a failed formation (a member died during
+        it): it keeps its replica, its mixes fail (counted) until the driver forms the
+        next generation. A replacement without a replica raises: it has nothing to train."""
         if dist.is_initialized():
             dist.destroy_process_group()
         self.rank, self.world, self.timeout_s = rank, world, timeout_s
-        store = dist.TCPStore(address[0], address[1], is_master=False, timeout=_timeout(timeout_s))
-        dist.init_process_group(
-            "gloo",
-            store=dist.PrefixStore(f"generation-{generation}", store),
-            rank=rank,
-            world_size=world,
-            timeout=_timeout(timeout_s),
-        )
-        if not seed:
-            return
         have = self.model is not None
-        total = torch.zeros(numel + 1, dtype=torch.float64)
-        if have:
+        total = torch.zeros(numel + 1 if seed else 0, dtype=torch.float64)
+        if seed and have:
             total[:-1] = self.row.double()
             total[-1] = 1.0
-        dist.all_reduce(total)
+        try:
+            store = dist.TCPStore(
+                address[0], address[1], is_master=False, timeout=_timeout(timeout_s)
+            )
+            dist.init_process_group(
+                "gloo",
+                store=dist.PrefixStore(f"generation-{generation}", store),
+                rank=rank,
+                world_size=world,
+                timeout=_timeout(timeout_s),
+            )
+            if seed:
+                dist.all_reduce(total)
+        except (RuntimeError, ValueError, OSError):  # gloo's and the store's failures
+            if not have:
+                raise
+            self.failed_mixes += 1
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            return
+        if not seed:
+            return
         self.gloo_bytes += 2 * (world - 1) * total.numel() * total.element_size() // world
         if not have:
             if total[-1] < 1:
@@ -157,6 +172,9 @@ class ActorReplica:
         leaves the row as it was and is counted."""
         row = self.row.data
         works, received = [], {}
+        if not dist.is_initialized():  # the last formation failed: no group until the next
+            self.failed_mixes += 1
+            return
         try:
             for peer in send_to:
                 works.append(dist.isend(row, dst=peer))

@@ -713,6 +713,8 @@ class RayRuntime(Supervisor):
         self._seed: tuple[torch.Tensor, list[Any] | None] = (torch.empty(0), None)
         """What every actor loads when none holds a replica: θ₀, or a checkpoint's replicas."""
         self._step_settings: dict[str, Any] = {}
+        self._started_replicas = False
+        """The actors have held replicas since the last seed_replicas."""
         self._driver_bytes = 0
         """Bytes of replicas that went through the driver (seeding, gathering)."""
         # Until the actors are up, SIGINT/SIGTERM end the start-up here, with Ray shut down
@@ -763,6 +765,10 @@ class RayRuntime(Supervisor):
         if self._session is not None:  # ours to stop (a notebook's own Ray is left running)
             self._session.close()
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._started_replicas = False  # every actor is replaced: it loads the checkpoint's
+        super().load_state_dict(state)
+
     def worker_pids(self) -> list[int]:
         """Each actor's process id, as it reported when it connected (0 while starting)."""
         return [a.pid for a in self._actors]
@@ -789,6 +795,7 @@ class RayRuntime(Supervisor):
     def seed_replicas(self, rows: torch.Tensor, optimizers: list[Any] | None) -> None:
         """Every actor (now, and after a restart of all of them) starts from ``rows``."""
         self._seed = (rows.detach().cpu().clone(), optimizers)
+        self._started_replicas = False  # a start or a resume: the actors load these
         for actor in self._actors:
             actor.joined = False
         if not any(a.starting is not None for a in self._actors):
@@ -823,6 +830,9 @@ class RayRuntime(Supervisor):
                 asked.discard(actor.worker_id)
         replies = [a.reply for a in self._actors]
         self._driver_bytes += sum(r["row"].nbytes for r in replies)
+        # should every actor be lost at once, the replicas restart from these
+        rows = torch.stack([torch.from_numpy(r["row"]) for r in replies])
+        self._seed = (rows, [r["optimizer"] for r in replies])
         return replies
 
     def replica_counters(self) -> dict[str, float]:
@@ -848,6 +858,11 @@ class RayRuntime(Supervisor):
         survivors = [a for a in self._actors if a.joined]
         rows, optimizers = self._seed
         if not survivors:
+            if self._started_replicas:
+                log.warning(
+                    "every actor holding a replica was lost: the replicas start again from "
+                    "the last ones gathered (at the last evaluation or checkpoint)"
+                )
             for actor in self._actors:
                 k = actor.worker_id
                 state = optimizers[k] if optimizers else None
@@ -874,6 +889,7 @@ class RayRuntime(Supervisor):
                 generation,
                 len(self._actors) - len(survivors),
             )
+        self._started_replicas = True
         for actor in self._actors:
             if actor.assigned and not actor.sent:
                 self._send(actor)
