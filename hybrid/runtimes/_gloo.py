@@ -160,7 +160,8 @@ class ActorReplica:
             self.mix(*mix)
 
     def step(self, lr_scale: float, progress: float) -> None:
-        assert self.kept is not None, "a step names this actor's last update"
+        if self.kept is None:  # computed by the incarnation this actor replaced: its replica
+            return  # is gone, and this one starts from the survivors' average instead
         update, self.kept = self.kept, None
         local = Step(update.payload, lr_scale, clip=update.kind != Payload.DELTA)
         assert self.model is not None
@@ -258,21 +259,17 @@ class ActorReplicas(ReplicaApplier):
         for k in range(self.count):
             local = {"lr_scale": step.lr_scale, "progress": progress} if k in stepped else None
             mix = None
-            if p is not None and not _is_identity_row(p, k):
-                weights = {int(j): float(p[k, j]) for j in np.flatnonzero(p[k])}
+            if p is not None:
+                # whose rows this one becomes a mix of (none: it stays), and which changing
+                # rows take a share of it
+                takes = {} if _is_identity_row(p, k) else _weights(p, k)
                 send_to = [
                     int(i)
                     for i in np.flatnonzero(p[:, k])
                     if i != k and not _is_identity_row(p, int(i))
                 ]
-                mix = (weights, send_to)
-            elif p is not None:
-                send_to = [
-                    int(i)
-                    for i in np.flatnonzero(p[:, k])
-                    if i != k and not _is_identity_row(p, int(i))
-                ]
-                mix = ({k: 1.0}, send_to) if send_to else None
+                if takes or send_to:
+                    mix = (takes or {k: 1.0}, send_to)
             if local is not None or mix is not None:
                 self.transport.command(
                     k, "apply", {"step": local, "mix": mix, "mix_first": step.mix_first}
@@ -344,6 +341,10 @@ class ActorReplicas(ReplicaApplier):
         self.fresh = False  # the next gather reads them back from the actors
         optimizers = [o.optimizer.state_dict() for o in self.optimizers]
         self.transport.seed_replicas(self.rows, optimizers)
+
+
+def _weights(p: np.ndarray, k: int) -> dict[int, float]:
+    return {int(j): float(p[k, j]) for j in np.flatnonzero(p[k])}
 
 
 def _is_identity_row(p: np.ndarray, k: int) -> bool:
