@@ -23,7 +23,9 @@ failure, and goes on with its next command, so a dead peer cannot hang the run.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -101,6 +103,7 @@ class ActorReplica:
         seed: bool,
         numel: int,
         timeout_s: float,
+        node_ip: str = "",
     ) -> None:
         """Leave the previous group, join generation ``generation``; with ``seed``, every
         member sums (its row, 1) in one all-reduce, and one without a replica (a replacement)
@@ -112,6 +115,7 @@ class ActorReplica:
         if dist.is_initialized():
             dist.destroy_process_group()
         self.rank, self.world, self.timeout_s = rank, world, timeout_s
+        _bind_gloo_to(node_ip)
         have = self.model is not None
         total = torch.zeros(numel + 1 if seed else 0, dtype=torch.float64)
         if seed and have:
@@ -341,6 +345,22 @@ class ActorReplicas(ReplicaApplier):
         self.fresh = False  # the next gather reads them back from the actors
         optimizers = [o.optimizer.state_dict() for o in self.optimizers]
         self.transport.seed_replicas(self.rows, optimizers)
+
+
+def _bind_gloo_to(node_ip: str) -> None:
+    """Have gloo listen on the interface that holds ``node_ip`` (the address Ray knows this
+    node by: loopback for a local Ray), unless the user chose one (GLOO_SOCKET_IFNAME).
+    Left to itself gloo takes the address the hostname resolves to, which on many Linux
+    hosts is 127.0.1.1, unreachable from the other nodes."""
+    if not node_ip or os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    with contextlib.suppress(ImportError):  # psutil comes with ray; without it, gloo's choice
+        import psutil
+
+        for name, addresses in psutil.net_if_addrs().items():
+            if any(a.address == node_ip for a in addresses):
+                os.environ["GLOO_SOCKET_IFNAME"] = name
+                return
 
 
 def _weights(p: np.ndarray, k: int) -> dict[int, float]:

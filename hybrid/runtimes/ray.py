@@ -283,7 +283,7 @@ class ActorWorker:
         if name == "load":
             self.replica.load(**body)
         elif name == "join":
-            self.replica.join(**body)
+            self.replica.join(**body, node_ip=ray.util.get_node_ip_address())
         elif name == "apply":
             self.replica.apply(body)
         elif name == "report":
