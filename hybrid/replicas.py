@@ -154,6 +154,12 @@ class ReplicaApplier:
     def _weight(self, k: int) -> float:
         return float(self.weights[k]) if self.push_sum else 1.0
 
+    def gather(self, model: GlobalModel) -> None:
+        """Bring ``model`` (the replicas' average) up to date before it is evaluated or
+        checkpointed: here every step already wrote it; an applier whose replicas live in
+        the workers (the ray runtime's actors) fetches them."""
+        del model
+
     # --- the maths -----------------------------------------------------------------------------
 
     def debiased(self, k: int) -> torch.Tensor:

@@ -212,10 +212,12 @@ class Training:
         self.learner = learner
         self.runtime = runtime
         # Who writes θ is the runtime's choice (Hogwild!: its workers); a decentralized
-        # scheduler's workers each step a replica of their own (in shared memory where the
-        # runtime's workers share them).
+        # scheduler's workers each step a replica of their own: in shared memory where the
+        # runtime's workers share them (processes); on ray the actors hold them and the
+        # runtime supplies the applier.
         self.applier: Applier = (
-            ReplicaApplier(
+            runtime.replica_applier(global_model, scheduler.push_sum)
+            or ReplicaApplier(
                 global_model, scheduler.workers, runtime.replica_exchange(), scheduler.pair_lock
             )
             if isinstance(scheduler, ReplicaScheduler)
@@ -258,6 +260,8 @@ class Training:
     def evaluate(self) -> float:
         st = self.state
         started = time.perf_counter()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.gather(self.global_model)  # θ̄, where the replicas live elsewhere
         returns = self.evaluator.evaluate(self.global_model.params)
         mean = float(returns.mean())
         st.last_eval = (st.stats.env_steps, mean)
@@ -523,6 +527,8 @@ class Training:
     def checkpoint(self) -> Path:
         """Write everything a resume needs, atomically; returns the file."""
         started = time.perf_counter()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.gather(self.global_model)  # θ̄ and every replica, wherever they live
         state = {
             "format": 1,
             "config": self.settings.config,  # a resume checks config.json against it

@@ -63,6 +63,12 @@ class Runtime(Protocol):
         keeps them in its own memory and each task carries its replica."""
         ...
 
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> Applier | None:
+        """A decentralized run's applier when this runtime's workers hold the replicas
+        themselves (the ray actors); None: the loop holds them (``ReplicaApplier``).
+        ``push_sum``: the scheduler's steps keep push-sum weights or delays."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
@@ -85,6 +91,10 @@ class RuntimeDefaults:
         return {}
 
     def replica_exchange(self) -> ReplicaExchange | None:
+        return None
+
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> Applier | None:
+        del model, push_sum
         return None
 
     def state_dict(self) -> dict[str, Any]:

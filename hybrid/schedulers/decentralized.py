@@ -55,6 +55,9 @@ class ReplicaScheduler(Scheduler):
     """Where workers share the replicas (processes): a worker reads its replica, and
     AD-PSGD's pair update runs, holding the rows' locks; False: lock-free (AD-PSGD's
     ``pair_lock`` setting)."""
+    push_sum: ClassVar[bool] = False
+    """Its steps keep push-sum weights or delays (sgp): the ray runtime then leaves the
+    replicas with the loop instead of its actors."""
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)
