@@ -135,13 +135,15 @@ def test_a_workers_read_of_its_shared_row_is_the_loops_de_biased_replica():
     task) is what the loop would have sent it: z_k = x_k / w_k, bit for bit."""
     import multiprocessing
 
-    from hybrid.core.global_model import ServerSettings
+    from hybrid import TrainConfig, assembly
     from hybrid.runtimes.shared_replicas import SharedReplicas
 
     class Exchange:
         def __init__(self) -> None:
             context = multiprocessing.get_context("spawn")
-            self.shared_replicas = SharedReplicas.create(context, ServerSettings(), 4, 6)
+            self.shared_replicas = SharedReplicas.create(
+                context, assembly.server_settings(TrainConfig()), 4, 6
+            )
 
         def order_pair_mix(self, *args: object) -> None:
             raise AssertionError("SGP mixes in the loop")
