@@ -44,6 +44,7 @@ bit-for-bit reproducible: nothing here reads a wall clock.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -151,6 +152,17 @@ class SharedCores:
                 self.work[job] = work
                 self.done[job] = 0.0
 
+    def next_change(self) -> float | None:
+        """When the cores next change hands without a job starting or ending (a time
+        slice running out): never, under processor sharing."""
+        return None
+
+    def first_ran(self, job: int) -> float | None:
+        """When ``job`` first held a core, where that differs from its start (a job that
+        waited its turn); None: it ran from its start."""
+        del job
+        return None
+
     def finish(self, job: int) -> None:
         del self.work[job], self.done[job]
 
@@ -167,6 +179,171 @@ class SharedCores:
         self.work = {int(job): work for job, work, _ in state["jobs"]}
         self.done = {int(job): float(done) for job, _, done in state["jobs"]}
         self.waking = {int(job): (float(at), work) for job, at, work in state.get("waking", [])}
+
+
+SLICE_EPSILON_S = 1e-12
+"""Below this, what is left of a slice or a task is taken as none: float sums of task
+costs would otherwise leave a task a rounding error short of its end at its slice's."""
+
+
+class TimeSlicedCores(SharedCores):
+    """Jobs on ``cores`` cores taking turns, as the kernel's scheduler runs them: a job on a
+    core runs at full speed for up to ``quantum`` seconds, then goes to the back of the
+    queue of runnable jobs if one waits (otherwise it keeps its core for another slice); a
+    job that ends within what is left of its slice ends then; a job that starts waits in
+    that queue, first come first served, for a free core. The ``favored`` job (the main
+    process) takes a core the moment it starts: the job that got its core last waits at
+    the front of the queue, keeping what was left of its slice.
+    """
+
+    def __init__(self, cores: int, quantum: float, favored: int | None = None) -> None:
+        super().__init__(cores, favored)
+        if not quantum > 0:
+            raise ValueError(f"quantum must be > 0 seconds, got {quantum}")
+        self.quantum = quantum
+        self.running: list[int] = []
+        """Jobs holding a core, in the order they got it."""
+        self.queue: list[int] = []
+        """Runnable jobs waiting for a core, first in line first."""
+        self.slice_left: dict[int, float] = {}
+        """What is left of a job's slice (on a core, or preempted by the favored job)."""
+        self.ran_since: dict[int, float] = {}
+        """When each job first held a core."""
+
+    def start(self, job: int, work: float | None = None, at: float | None = None) -> None:
+        super().start(job, work, at)
+        if job in self.work:
+            self._enqueue(job)
+
+    def _enqueue(self, job: int) -> None:
+        if job == self.favored:  # takes a core now; the last to get one gives it up
+            self.running.append(job)
+            self._give_core(job)
+            workers = [j for j in self.running if j != job]
+            if len(self.running) > self.cores and workers:
+                paused = workers[-1]
+                self.running.remove(paused)
+                self.queue.insert(0, paused)
+        else:
+            self.queue.append(job)
+        self._fill()
+
+    def _give_core(self, job: int) -> None:
+        self.ran_since.setdefault(job, self.now)
+        self.slice_left.setdefault(job, self.quantum)
+
+    def _fill(self) -> None:
+        while self.queue and len(self.running) < self.cores:
+            job = self.queue.pop(0)
+            self.running.append(job)
+            self._give_core(job)
+
+    def _left(self, job: int) -> float | None:
+        work = self.work[job]
+        return None if work is None else max(work - self.done[job], 0.0)
+
+    def _tolerance(self) -> float:
+        """What counts as no time at all now: late in a long run the clock's own rounding
+        (a few units in the last place) is above SLICE_EPSILON_S."""
+        return max(SLICE_EPSILON_S, 8 * math.ulp(self.now))
+
+    def _ends_in_slice(self, job: int) -> bool:
+        left = self._left(job)
+        if left is None:
+            return False
+        return job == self.favored or left <= self.slice_left[job] + self._tolerance()
+
+    def next_finish(self) -> tuple[float, int] | None:
+        best: tuple[float, int] | None = None
+        for job in self.work:  # start order: ties go to the job started first
+            left = self._left(job)
+            if left is None:
+                continue
+            if job in self.running and (self._ends_in_slice(job) or not self.queue):
+                # (nobody waits: its slices are renewed in place until it ends)
+                end = self.now + left
+            elif left <= self._tolerance():  # its work was done before anybody set it
+                end = self.now
+            else:
+                continue
+            if best is None or end < best[0]:
+                best = (end, job)
+        return best
+
+    def next_change(self) -> float | None:
+        if not self.queue:
+            return None  # nobody waits: a slice that runs out is renewed in place
+        ends = [
+            self.now + max(self.slice_left[job], 0.0)
+            for job in self.running
+            if job != self.favored and not self._ends_in_slice(job)
+        ]
+        return min(ends, default=None)
+
+    def advance(self, until: float) -> None:
+        if until < self.now:
+            raise ValueError(f"time runs forward: {until} < {self.now}")
+        elapsed = until - self.now
+        for job in self.running:
+            self.done[job] += elapsed
+            self.slice_left[job] -= elapsed
+        self.now = until
+        tolerance = self._tolerance()
+        turns = [j for j in self.running if j != self.favored and not self._finishing(j)]
+        for job in turns:
+            if self.slice_left[job] < -tolerance:
+                # its slices ran out while nobody waited: renewed in place, in phase
+                overrun = -self.slice_left[job]
+                self.slice_left[job] = self.quantum - overrun % self.quantum
+        for job, (at, work) in sorted(self.waking.items(), key=lambda item: item[1][0]):
+            if at <= until:  # woken: it joins the queue
+                del self.waking[job]
+                self.work[job] = work
+                self.done[job] = 0.0
+                self._enqueue(job)
+        for job in turns:
+            if job not in self.running or self.slice_left[job] > tolerance:
+                continue
+            if self.queue:  # its turn is over: to the back of the queue
+                self.running.remove(job)
+                del self.slice_left[job]
+                self.queue.append(job)
+            else:  # nobody waits: another slice
+                self.slice_left[job] = self.quantum
+        self._fill()
+
+    def _finishing(self, job: int) -> bool:
+        """Its work is done: it ends now (``finish`` takes it off its core)."""
+        left = self._left(job)
+        return left is not None and left <= self._tolerance()
+
+    def first_ran(self, job: int) -> float | None:
+        return self.ran_since.get(job)
+
+    def finish(self, job: int) -> None:
+        super().finish(job)
+        if job in self.running:
+            self.running.remove(job)
+        elif job in self.queue:
+            self.queue.remove(job)
+        self.slice_left.pop(job, None)
+        self.ran_since.pop(job, None)
+        self._fill()
+
+    def state_dict(self) -> dict[str, Any]:
+        return super().state_dict() | {
+            "running": list(self.running),
+            "queue": list(self.queue),
+            "slice_left": sorted(self.slice_left.items()),
+            "ran_since": sorted(self.ran_since.items()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.running = [int(job) for job in state["running"]]
+        self.queue = [int(job) for job in state["queue"]]
+        self.slice_left = {int(job): float(left) for job, left in state["slice_left"]}
+        self.ran_since = {int(job): float(at) for job, at in state["ran_since"]}
 
 
 class ProfiledSerialRuntime(SerialRuntime):
@@ -193,7 +370,12 @@ class ProfiledSerialRuntime(SerialRuntime):
             and settings.lock_free
             and settings.codec == "none"
         )
-        self.cores = SharedCores(profile.cores, SERVER if profile.main_preempts else None)
+        favored = SERVER if profile.main_preempts else None
+        self.cores = (
+            TimeSlicedCores(profile.cores, profile.quantum_s, favored)
+            if profile.quantum_s > 0
+            else SharedCores(profile.cores, favored)
+        )
         self._running: dict[int, Update] = {}
         """Tasks on the cores, computed at dispatch, by worker."""
         self._started_ahead: dict[int, float] = {}
@@ -203,8 +385,7 @@ class ProfiledSerialRuntime(SerialRuntime):
         self._delivering: list[tuple[float, int, int, Update]] = []
         """Hogwild!: finished tasks whose result reaches the loop after the read delay."""
         # cost growth beyond fair sharing, measured with N workers on C cores
-        sharing = min(settings.workers, profile.cores) - 1
-        self.growth = 1.0 + profile.contention * sharing / profile.cores
+        self.growth = profile.cost_growth(settings.workers)
         self._charged_version = version()
         self._published_version: int | None = None
 
@@ -299,6 +480,8 @@ class ProfiledSerialRuntime(SerialRuntime):
             events.append((wake, 1, 0))
         if self._delivering:
             events.append((self._delivering[0][0], 2, 0))
+        if (change := self.cores.next_change()) is not None:
+            events.append((change, 3, 0))  # a slice runs out: advancing hands the core on
         if not events:
             return False
         when, kind, job = min(events)
@@ -322,8 +505,11 @@ class ProfiledSerialRuntime(SerialRuntime):
             self._next_event()
 
     def _finished(self, worker_id: int) -> None:
-        self.cores.finish(worker_id)
         update = self._running.pop(worker_id)
+        ran = self.cores.first_ran(worker_id)
+        if ran is not None:  # a real span starts when the worker process first runs
+            update.started_s = max(update.started_s, ran)
+        self.cores.finish(worker_id)
         now = self.cores.now
         delay = self.profile.read_delay_s if self.hogwild else 0.0
         if delay > 0:  # the result reaches the loop, and the worker reads θ, a moment later
@@ -535,4 +721,5 @@ __all__ = [
     "ProfiledClientsRuntime",
     "ProfiledSerialRuntime",
     "SharedCores",
+    "TimeSlicedCores",
 ]
