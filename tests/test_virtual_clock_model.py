@@ -189,7 +189,11 @@ def test_calibrate_fits_the_runtime_from_its_own_runs(tmp_path, capsys):
     assert list(profile.task_cost_quantiles) == sorted(profile.task_cost_quantiles)
     assert profile.read_delay_s >= 0 and profile.contention == 0.0  # one core: not measurable
     cells = {(r["scheduler"], r["workers"]) for r in profile.fit["residuals"]}
-    assert cells == {("sync", 1), ("async", 1)}
+    assert cells == {("sync", 1), ("async", 1), ("sync", 2), ("sync", 4)}
+    # past the one core: a point at 2 and 4 workers per core, the slope through them
+    assert [load for load, _ in profile.growth_past_cores] == [2.0, 4.0]
+    assert profile.growth_slope == calibrate.growth_slope(profile.growth_past_cores)
+    assert profile.quantum_s > 0 and "base slice" in profile.quantum_source
     detail = profile.measured_on["machine_detail"]
     assert detail["cores"] == 1 and detail["torch"] and detail["cpu_model"] is not None
     assert json.loads(path.read_text())["format"] == 2
@@ -376,3 +380,25 @@ def test_bad_time_slice_or_growth_fields_are_one_line_errors(field, value, messa
     with pytest.raises(ConfigError, match=message) as caught:
         ClusterProfile.from_dict(values)
     assert "\n" not in str(caught.value)
+
+
+def test_the_growth_slope_is_the_least_squares_line_through_one():
+    # y - 1 = s (x - 1): points (2, 1.2) and (3, 1.4) lie on s = 0.2
+    assert calibrate.growth_slope([(2.0, 1.2), (3.0, 1.4)]) == pytest.approx(0.2)
+    # (2, 1.1), (4, 1.9): s = (1 * 0.1 + 3 * 0.9) / (1 + 9) = 0.28
+    assert calibrate.growth_slope([(2.0, 1.1), (4.0, 1.9)]) == pytest.approx(0.28)
+    assert calibrate.growth_slope([(2.0, 0.9)]) == 0.0  # a faster task is noise, not growth
+
+
+def test_the_kernel_quantum_is_its_base_slice_and_half_a_tick(monkeypatch, tmp_path):
+    slice_file = tmp_path / "base_slice_ns"
+    slice_file.write_text("3000000\n")
+    monkeypatch.setattr(calibrate, "SLICE_FILES", (str(tmp_path / "missing"), str(slice_file)))
+    monkeypatch.setattr(calibrate, "_kernel_hz", lambda: (250, "test"))
+    quantum, source = calibrate.kernel_quantum()
+    assert quantum == pytest.approx(3e-3 + 2e-3) and str(slice_file) in source
+    # nothing readable: the kernel's default for this many CPUs, said so
+    monkeypatch.setattr(calibrate, "SLICE_FILES", (str(tmp_path / "missing"),))
+    monkeypatch.setattr(calibrate.os, "cpu_count", lambda: 2)
+    quantum, source = calibrate.kernel_quantum()
+    assert quantum == pytest.approx(0.75e-3 * 2 + 2e-3) and "default" in source
