@@ -5,14 +5,24 @@ default constants with one machine's measured costs, and the clock imitates how 
 runtime the profile names (``processes`` or ``ray``) spends that machine's time:
 
 Shared cores
-    N workers share C cores by processor sharing: while n of them are busy, each advances
-    at min(1, C / n) CPU-seconds per second. The main process, asleep between updates,
-    takes a core the moment it has work (Linux lets a task that has slept preempt a busy
-    one), and meanwhile the workers share the other C − 1; with ``main_preempts`` false
-    it is one more of the n instead. A task is CPU work
-    W = (env steps × step cost + task overhead [+ apply under Hogwild!]) × jitter (a
-    lognormal factor of mean 1); it ends when that much work is done, so every start or
-    end re-times the tasks in flight.
+    On a profile with a time slice (``quantum_s``, what the kernel gives a task while
+    others wait) the C cores run the busy workers round-robin, as the kernel does: a
+    worker whose task starts waits its turn in a first-come first-served queue; on a core
+    it runs at full speed until its task ends or its slice runs out, and then, if another
+    waits, goes to the back of the queue. A task shorter than what is left of its slice
+    so runs whole, one per core: N short tasks on C cores end in waves of C. A task's span
+    starts when it first holds a core (a real worker starts its task when it first runs).
+    Without a slice (profiles written before it was modelled, and ray's) N workers share
+    C cores by processor sharing instead: while n of them are busy each advances at
+    min(1, C / n) CPU-seconds per second. Either way the main process, asleep between
+    updates, takes a core the moment it has work (Linux lets a task that has slept
+    preempt a busy one): the worker that got its core last waits meanwhile (sharing: the
+    workers share the other C − 1); with ``main_preempts`` false it is one more job
+    instead. A task is CPU work W = (env steps × step cost + task overhead [+ apply under
+    Hogwild!]) × factor × growth, the factor drawn from the measured distribution and
+    the growth the profile's for N workers on C cores (``ClusterProfile.cost_growth``:
+    the contention up to C, past it the cost measured at 2C and 4C, interpolated); it
+    ends when that much work is done.
 The server is one queue
     The main process handles one thing at a time, in order: an update that finishes
     while it is busy waits. Per update it spends ``receive_s``; per optimizer step it
