@@ -650,11 +650,14 @@ def measure_runtime(
         for scheduler, workers in cells:
             if scheduler != "sync" or workers <= cores:
                 continue
-            # past the cores: the real tasks' mean cost over the clock's without this growth
+            # past the cores: the real tasks' median cost over the clock's without this
+            # growth. The median, not the mean: a real task's span there has a long tail of
+            # tasks preempted half-way (waiting inside their span, not costing more), which
+            # the clock's slices give where they happen; the median is the task's own cost
             virtual = _virtual(
                 base, fitted, root / f"virtual-fit-{workers}", "sync", workers, budget(workers)
             )
-            ratio = statistics.fmean(real[("sync", workers)].durations) / statistics.fmean(
+            ratio = statistics.median(real[("sync", workers)].durations) / statistics.median(
                 virtual.durations
             )
             growth_points.append((workers / cores, min(max(ratio, 1e-3), 100.0)))

@@ -299,6 +299,24 @@ def test_a_job_waiting_its_turn_is_started_when_it_first_runs():
     assert cores.first_ran(1) == 1.0
 
 
+def test_a_worker_running_ahead_keeps_its_core_for_the_rest_of_its_slice():
+    # one core, q = 1: job 0 (a Hogwild! worker) ends tasks of 0.4 at 0.4 and 0.8 and goes
+    # straight on; job 1 waits for job 0's slice to run out at 1.0, runs 1.0-1.4, and job
+    # 0's third task (0.2 done) ends at 1.6
+    cores = TimeSlicedCores(1, quantum=1.0)
+    cores.start(0, 0.4)
+    cores.start(1, 0.4)
+    ends = []
+    for _ in range(2):
+        end, job = cores.next_finish()
+        cores.advance(end)
+        cores.restart(job)
+        assert cores.first_ran(job) == pytest.approx(end)  # its next task starts at once
+        cores.set_work(job, 0.4)
+        ends.append((pytest.approx(end), job))
+    assert ends + _run_to_empty(cores) == [(0.4, 0), (0.8, 0), (1.4, 1), (1.6, 0)]
+
+
 def test_time_sliced_cores_resume_from_their_state():
     cores = TimeSlicedCores(1, quantum=1.0, favored=-1)
     for job in range(3):

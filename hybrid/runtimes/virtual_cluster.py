@@ -330,6 +330,16 @@ class TimeSlicedCores(SharedCores):
     def first_ran(self, job: int) -> float | None:
         return self.ran_since.get(job)
 
+    def restart(self, job: int) -> None:
+        """``job`` goes on to new work not known yet without giving up its place (a
+        Hogwild! worker runs ahead without sleeping: it keeps its core and its slice)."""
+        self.work[job] = None
+        self.done[job] = 0.0
+        if job in self.running:
+            self.ran_since[job] = self.now
+        else:
+            self.ran_since.pop(job, None)
+
     def finish(self, job: int) -> None:
         super().finish(job)
         if job in self.running:
@@ -519,7 +529,11 @@ class ProfiledSerialRuntime(SerialRuntime):
         ran = self.cores.first_ran(worker_id)
         if ran is not None:  # a real span starts when the worker process first runs
             update.started_s = max(update.started_s, ran)
-        self.cores.finish(worker_id)
+        if self.hogwild and isinstance(self.cores, TimeSlicedCores):
+            # it claims, applies and reads on its core, then runs on: it keeps its turn
+            self.cores.restart(worker_id)
+        else:
+            self.cores.finish(worker_id)
         now = self.cores.now
         delay = self.profile.read_delay_s if self.hogwild else 0.0
         if delay > 0:  # the result reaches the loop, and the worker reads θ, a moment later
@@ -536,7 +550,10 @@ class ProfiledSerialRuntime(SerialRuntime):
         heapq.heappush(self._arrived, (now, self._sequence, update))
         self._sequence += 1
         if self.hogwild:  # run-ahead: the next task starts now, before the loop knows of it
-            self.cores.start(worker_id)
+            if isinstance(self.cores, TimeSlicedCores):
+                self.cores.restart(worker_id)  # the read delay was spent on its core
+            else:
+                self.cores.start(worker_id)
             self._started_ahead[worker_id] = now
 
     def _charge_applies(self) -> None:
