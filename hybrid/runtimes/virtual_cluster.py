@@ -32,9 +32,11 @@ The server is one queue
 Hogwild! (processes, async, lock-free, no codec)
     A worker applies its own update (``apply_s`` is part of its task) and starts its next
     task the moment it has (run-ahead): its read of θ is its previous finish, whatever the
-    main process is doing. The main process only counts and logs. A task cannot be
-    applied before the main process has claimed it (dispatched the worker again): a
-    started-ahead task that is done before its claim ends at the claim.
+    main process is doing. On time slices it never sleeps: it keeps its core and its
+    slice from one task to the next, the read delay spent there. The main process only
+    counts and logs. A task cannot be applied before the main process has claimed it
+    (dispatched the worker again): a started-ahead task that is done before its claim
+    ends at the claim.
 
 Edge clients (``--clients K``, ``ProfiledClientsRuntime``)
     The K clients take turns on the ``workers`` executors, as on the real runtimes: a
