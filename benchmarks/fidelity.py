@@ -6,7 +6,7 @@ real runs of the same training on the same machine, cell by cell, over seeds.
                                   [--workers 1 2 4 8] [--ray-workers 1 2 4]
                                   [--schedulers async sync bounded] [--hybrid-workers 2 4]
                                   [--fedavg] [--fedavg-deadline-s S] [--extrapolate]
-                                  [--profile P.json ...]
+                                  [--profile P.json ...] [--reuse-real DIR]
                                   [--out runs/fidelity]
 
 First each (runtime, env) is calibrated as ``hybrid calibrate --runtime R`` does (in-process
@@ -34,6 +34,11 @@ deadline of both runs (default 0: none). Per cell:
 predicts the processes cells at N = 2 and 4 on this machine's cores and prints the error of
 steps/s beside the real figure (target ≤ 20%). ``--quick``: processes, async and sync,
 N = 1, 2, 4, CartPole-v1, seeds 0 and 1, 5,000 env steps.
+
+``--reuse-real DIR`` trains only the virtual runs and reads each real run from an earlier
+invocation's ``--out`` (``DIR/<cell>-s<seed>-real``): the clock re-measured against real runs
+taken on a quiet machine while this one is busy. Give ``--profile`` too, or the calibration
+runs now.
 
 ``--report-only`` trains nothing and prints the table of the runs an earlier invocation
 (interrupted, perhaps) finished in ``--out``: per cell, the seeds whose real and virtual
@@ -200,7 +205,8 @@ def reported_cell(args: argparse.Namespace, cell: Cell, out: Path) -> dict[str, 
     reals, virtuals, seeds = [], [], []
     for seed in args.seeds:
         where = out / f"{cell.name}-s{seed}"
-        real, virtual = finished(Path(str(where) + "-real")), finished(Path(str(where) + "-v"))
+        real_dir = Path(args.reuse_real or out) / f"{cell.name}-s{seed}-real"
+        real, virtual = finished(real_dir), finished(Path(str(where) + "-v"))
         if real is not None and virtual is not None:
             reals.append(real)
             virtuals += [virtual] if virtual is not None else []
@@ -217,7 +223,13 @@ def run_cell(
             scheduler=cell.scheduler, workers=cell.workers, **dict(cell.changes)
         )
         where = out / f"{cell.name}-s{seed}"
-        reals.append(train(cfg.replace(runtime=cell.runtime, out=str(where) + "-real")))
+        if args.reuse_real:  # an earlier invocation's real run (a quiet moment's, say)
+            reused = Path(args.reuse_real) / f"{cell.name}-s{seed}-real"
+            if (real := finished(reused)) is None:
+                sys.exit(f"--reuse-real: no finished run {str(reused)!r} for this cell and seed")
+            reals.append(real)
+        else:
+            reals.append(train(cfg.replace(runtime=cell.runtime, out=str(where) + "-real")))
         if profile is not None:
             virtual = cfg.replace(runtime="serial", cluster=str(profile), out=str(where) + "-v")
             virtuals.append(train(virtual.replace(**dict(cell.virtual_changes))))
@@ -267,7 +279,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]
         f"{', '.join(sorted({str(r.get('seeds', len(r['real']))) for r in rows}))}), "
         "bounded s = 1; "
         f"{platform.node()}, {physical_cores()} cores; load average (1/5/15 min) "
-        f"{loads[0]} before, {loads[-1]} after. Targets: KS ≤ max({KS_TARGET}, floor + "
+        f"{loads[0]} before, {loads[-1]} after"
+        f"{f' (the real runs reused from {args.reuse_real})' if args.reuse_real else ''}. "
+        f"Targets: KS ≤ max({KS_TARGET}, floor + "
         f"{KS_OVER_FLOOR}), steps/s within ±{RATE_TOLERANCE:.0%}, waiting within "
         f"±{WAITING_POINTS * 100:.0f} points.",
         "",
@@ -399,6 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="runs/fidelity", help="runs, profiles, results.json")
     parser.add_argument(
+        "--reuse-real",
+        default=None,
+        metavar="DIR",
+        help="train only the virtual runs; the real ones are read from an earlier "
+        "invocation's --out (run on a quiet machine, say)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="train nothing: the table of the runs finished in --out (an interrupted run's)",
@@ -414,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         args.workers, args.hybrid_workers, args.seeds, args.steps = [1, 2, 4], [], [0, 1], 5_000
     out = Path(args.out)
+    if args.reuse_real and Path(args.reuse_real).resolve() == out.resolve():
+        parser.error("--reuse-real: give another --out (the runs there are removed first)")
     if args.report_only:  # the table of the runs an earlier invocation finished in --out
         rows = [r for c in cells(args) if (r := reported_cell(args, c, out)) is not None]
         report = table(rows, args, [load_average()])

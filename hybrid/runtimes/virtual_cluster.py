@@ -5,14 +5,24 @@ default constants with one machine's measured costs, and the clock imitates how 
 runtime the profile names (``processes`` or ``ray``) spends that machine's time:
 
 Shared cores
-    N workers share C cores by processor sharing: while n of them are busy, each advances
-    at min(1, C / n) CPU-seconds per second. The main process, asleep between updates,
-    takes a core the moment it has work (Linux lets a task that has slept preempt a busy
-    one), and meanwhile the workers share the other C − 1; with ``main_preempts`` false
-    it is one more of the n instead. A task is CPU work
-    W = (env steps × step cost + task overhead [+ apply under Hogwild!]) × jitter (a
-    lognormal factor of mean 1); it ends when that much work is done, so every start or
-    end re-times the tasks in flight.
+    On a profile with a time slice (``quantum_s``, what the kernel gives a task while
+    others wait) the C cores run the busy workers round-robin, as the kernel does: a
+    worker whose task starts waits its turn in a first-come first-served queue; on a core
+    it runs at full speed until its task ends or its slice runs out, and then, if another
+    waits, goes to the back of the queue. A task shorter than what is left of its slice
+    so runs whole, one per core: N short tasks on C cores end in waves of C. A task's span
+    starts when it first holds a core (a real worker starts its task when it first runs).
+    Without a slice (profiles written before it was modelled, and ray's) N workers share
+    C cores by processor sharing instead: while n of them are busy each advances at
+    min(1, C / n) CPU-seconds per second. Either way the main process, asleep between
+    updates, takes a core the moment it has work (Linux lets a task that has slept
+    preempt a busy one): the worker that got its core last waits meanwhile (sharing: the
+    workers share the other C − 1); with ``main_preempts`` false it is one more job
+    instead. A task is CPU work W = (env steps × step cost + task overhead [+ apply under
+    Hogwild!]) × factor × growth, the factor drawn from the measured distribution and
+    the growth the profile's for N workers on C cores (``ClusterProfile.cost_growth``:
+    the contention up to C, past it the cost measured at 2C and 4C, interpolated); it
+    ends when that much work is done.
 The server is one queue
     The main process handles one thing at a time, in order: an update that finishes
     while it is busy waits. Per update it spends ``receive_s``; per optimizer step it
@@ -22,9 +32,11 @@ The server is one queue
 Hogwild! (processes, async, lock-free, no codec)
     A worker applies its own update (``apply_s`` is part of its task) and starts its next
     task the moment it has (run-ahead): its read of θ is its previous finish, whatever the
-    main process is doing. The main process only counts and logs. A task cannot be
-    applied before the main process has claimed it (dispatched the worker again): a
-    started-ahead task that is done before its claim ends at the claim.
+    main process is doing. On time slices it never sleeps: it keeps its core and its
+    slice from one task to the next, the read delay spent there. The main process only
+    counts and logs. A task cannot be applied before the main process has claimed it
+    (dispatched the worker again): a started-ahead task that is done before its claim
+    ends at the claim.
 
 Edge clients (``--clients K``, ``ProfiledClientsRuntime``)
     The K clients take turns on the ``workers`` executors, as on the real runtimes: a
@@ -44,6 +56,7 @@ bit-for-bit reproducible: nothing here reads a wall clock.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -151,6 +164,17 @@ class SharedCores:
                 self.work[job] = work
                 self.done[job] = 0.0
 
+    def next_change(self) -> float | None:
+        """When the cores next change hands without a job starting or ending (a time
+        slice running out): never, under processor sharing."""
+        return None
+
+    def first_ran(self, job: int) -> float | None:
+        """When ``job`` first held a core, where that differs from its start (a job that
+        waited its turn); None: it ran from its start."""
+        del job
+        return None
+
     def finish(self, job: int) -> None:
         del self.work[job], self.done[job]
 
@@ -167,6 +191,181 @@ class SharedCores:
         self.work = {int(job): work for job, work, _ in state["jobs"]}
         self.done = {int(job): float(done) for job, _, done in state["jobs"]}
         self.waking = {int(job): (float(at), work) for job, at, work in state.get("waking", [])}
+
+
+SLICE_EPSILON_S = 1e-12
+"""Below this, what is left of a slice or a task is taken as none: float sums of task
+costs would otherwise leave a task a rounding error short of its end at its slice's."""
+
+
+class TimeSlicedCores(SharedCores):
+    """Jobs on ``cores`` cores taking turns, as the kernel's scheduler runs them: a job on a
+    core runs at full speed for up to ``quantum`` seconds, then goes to the back of the
+    queue of runnable jobs if one waits (otherwise it keeps its core for another slice); a
+    job that ends within what is left of its slice ends then; a job that starts waits in
+    that queue, first come first served, for a free core. The ``favored`` job (the main
+    process) takes a core the moment it starts: the job that got its core last waits at
+    the front of the queue, keeping what was left of its slice.
+    """
+
+    def __init__(self, cores: int, quantum: float, favored: int | None = None) -> None:
+        super().__init__(cores, favored)
+        if not quantum > 0:
+            raise ValueError(f"quantum must be > 0 seconds, got {quantum}")
+        self.quantum = quantum
+        self.running: list[int] = []
+        """Jobs holding a core, in the order they got it."""
+        self.queue: list[int] = []
+        """Runnable jobs waiting for a core, first in line first."""
+        self.slice_left: dict[int, float] = {}
+        """What is left of a job's slice (on a core, or preempted by the favored job)."""
+        self.ran_since: dict[int, float] = {}
+        """When each job first held a core."""
+
+    def start(self, job: int, work: float | None = None, at: float | None = None) -> None:
+        super().start(job, work, at)
+        if job in self.work:
+            self._enqueue(job)
+
+    def _enqueue(self, job: int) -> None:
+        if job == self.favored:  # takes a core now; the last to get one gives it up
+            self.running.append(job)
+            self._give_core(job)
+            workers = [j for j in self.running if j != job]
+            if len(self.running) > self.cores and workers:
+                paused = workers[-1]
+                self.running.remove(paused)
+                self.queue.insert(0, paused)
+        else:
+            self.queue.append(job)
+        self._fill()
+
+    def _give_core(self, job: int) -> None:
+        self.ran_since.setdefault(job, self.now)
+        self.slice_left.setdefault(job, self.quantum)
+
+    def _fill(self) -> None:
+        while self.queue and len(self.running) < self.cores:
+            job = self.queue.pop(0)
+            self.running.append(job)
+            self._give_core(job)
+
+    def _left(self, job: int) -> float | None:
+        work = self.work[job]
+        return None if work is None else max(work - self.done[job], 0.0)
+
+    def _tolerance(self) -> float:
+        """What counts as no time at all now: late in a long run the clock's own rounding
+        (a few units in the last place) is above SLICE_EPSILON_S."""
+        return max(SLICE_EPSILON_S, 8 * math.ulp(self.now))
+
+    def _ends_in_slice(self, job: int) -> bool:
+        left = self._left(job)
+        if left is None:
+            return False
+        return job == self.favored or left <= self.slice_left[job] + self._tolerance()
+
+    def next_finish(self) -> tuple[float, int] | None:
+        best: tuple[float, int] | None = None
+        for job in self.work:  # start order: ties go to the job started first
+            left = self._left(job)
+            if left is None:
+                continue
+            if job in self.running and (self._ends_in_slice(job) or not self.queue):
+                # (nobody waits: its slices are renewed in place until it ends)
+                end = self.now + left
+            elif left <= self._tolerance():  # its work was done before anybody set it
+                end = self.now
+            else:
+                continue
+            if best is None or end < best[0]:
+                best = (end, job)
+        return best
+
+    def next_change(self) -> float | None:
+        if not self.queue:
+            return None  # nobody waits: a slice that runs out is renewed in place
+        ends = [
+            self.now + max(self.slice_left[job], 0.0)
+            for job in self.running
+            if job != self.favored and not self._ends_in_slice(job)
+        ]
+        return min(ends, default=None)
+
+    def advance(self, until: float) -> None:
+        if until < self.now:
+            raise ValueError(f"time runs forward: {until} < {self.now}")
+        elapsed = until - self.now
+        for job in self.running:
+            self.done[job] += elapsed
+            self.slice_left[job] -= elapsed
+        self.now = until
+        tolerance = self._tolerance()
+        turns = [j for j in self.running if j != self.favored and not self._finishing(j)]
+        for job in turns:
+            if self.slice_left[job] < -tolerance:
+                # its slices ran out while nobody waited: renewed in place, in phase
+                overrun = -self.slice_left[job]
+                self.slice_left[job] = self.quantum - overrun % self.quantum
+        for job, (at, work) in sorted(self.waking.items(), key=lambda item: item[1][0]):
+            if at <= until:  # woken: it joins the queue
+                del self.waking[job]
+                self.work[job] = work
+                self.done[job] = 0.0
+                self._enqueue(job)
+        for job in turns:
+            if job not in self.running or self.slice_left[job] > tolerance:
+                continue
+            if self.queue:  # its turn is over: to the back of the queue
+                self.running.remove(job)
+                del self.slice_left[job]
+                self.queue.append(job)
+            else:  # nobody waits: another slice
+                self.slice_left[job] = self.quantum
+        self._fill()
+
+    def _finishing(self, job: int) -> bool:
+        """Its work is done: it ends now (``finish`` takes it off its core)."""
+        left = self._left(job)
+        return left is not None and left <= self._tolerance()
+
+    def first_ran(self, job: int) -> float | None:
+        return self.ran_since.get(job)
+
+    def restart(self, job: int) -> None:
+        """``job`` goes on to new work not known yet without giving up its place (a
+        Hogwild! worker runs ahead without sleeping: it keeps its core and its slice)."""
+        self.work[job] = None
+        self.done[job] = 0.0
+        if job in self.running:
+            self.ran_since[job] = self.now
+        else:
+            self.ran_since.pop(job, None)
+
+    def finish(self, job: int) -> None:
+        super().finish(job)
+        if job in self.running:
+            self.running.remove(job)
+        elif job in self.queue:
+            self.queue.remove(job)
+        self.slice_left.pop(job, None)
+        self.ran_since.pop(job, None)
+        self._fill()
+
+    def state_dict(self) -> dict[str, Any]:
+        return super().state_dict() | {
+            "running": list(self.running),
+            "queue": list(self.queue),
+            "slice_left": sorted(self.slice_left.items()),
+            "ran_since": sorted(self.ran_since.items()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.running = [int(job) for job in state["running"]]
+        self.queue = [int(job) for job in state["queue"]]
+        self.slice_left = {int(job): float(left) for job, left in state["slice_left"]}
+        self.ran_since = {int(job): float(at) for job, at in state["ran_since"]}
 
 
 class ProfiledSerialRuntime(SerialRuntime):
@@ -193,7 +392,12 @@ class ProfiledSerialRuntime(SerialRuntime):
             and settings.lock_free
             and settings.codec == "none"
         )
-        self.cores = SharedCores(profile.cores, SERVER if profile.main_preempts else None)
+        favored = SERVER if profile.main_preempts else None
+        self.cores = (
+            TimeSlicedCores(profile.cores, profile.quantum_s, favored)
+            if profile.quantum_s > 0
+            else SharedCores(profile.cores, favored)
+        )
         self._running: dict[int, Update] = {}
         """Tasks on the cores, computed at dispatch, by worker."""
         self._started_ahead: dict[int, float] = {}
@@ -203,8 +407,7 @@ class ProfiledSerialRuntime(SerialRuntime):
         self._delivering: list[tuple[float, int, int, Update]] = []
         """Hogwild!: finished tasks whose result reaches the loop after the read delay."""
         # cost growth beyond fair sharing, measured with N workers on C cores
-        sharing = min(settings.workers, profile.cores) - 1
-        self.growth = 1.0 + profile.contention * sharing / profile.cores
+        self.growth = profile.cost_growth(settings.workers)
         self._charged_version = version()
         self._published_version: int | None = None
 
@@ -299,6 +502,8 @@ class ProfiledSerialRuntime(SerialRuntime):
             events.append((wake, 1, 0))
         if self._delivering:
             events.append((self._delivering[0][0], 2, 0))
+        if (change := self.cores.next_change()) is not None:
+            events.append((change, 3, 0))  # a slice runs out: advancing hands the core on
         if not events:
             return False
         when, kind, job = min(events)
@@ -322,8 +527,15 @@ class ProfiledSerialRuntime(SerialRuntime):
             self._next_event()
 
     def _finished(self, worker_id: int) -> None:
-        self.cores.finish(worker_id)
         update = self._running.pop(worker_id)
+        ran = self.cores.first_ran(worker_id)
+        if ran is not None:  # a real span starts when the worker process first runs
+            update.started_s = max(update.started_s, ran)
+        if self.hogwild and isinstance(self.cores, TimeSlicedCores):
+            # it claims, applies and reads on its core, then runs on: it keeps its turn
+            self.cores.restart(worker_id)
+        else:
+            self.cores.finish(worker_id)
         now = self.cores.now
         delay = self.profile.read_delay_s if self.hogwild else 0.0
         if delay > 0:  # the result reaches the loop, and the worker reads θ, a moment later
@@ -340,7 +552,10 @@ class ProfiledSerialRuntime(SerialRuntime):
         heapq.heappush(self._arrived, (now, self._sequence, update))
         self._sequence += 1
         if self.hogwild:  # run-ahead: the next task starts now, before the loop knows of it
-            self.cores.start(worker_id)
+            if isinstance(self.cores, TimeSlicedCores):
+                self.cores.restart(worker_id)  # the read delay was spent on its core
+            else:
+                self.cores.start(worker_id)
             self._started_ahead[worker_id] = now
 
     def _charge_applies(self) -> None:
@@ -535,4 +750,5 @@ __all__ = [
     "ProfiledClientsRuntime",
     "ProfiledSerialRuntime",
     "SharedCores",
+    "TimeSlicedCores",
 ]
