@@ -119,8 +119,7 @@ def cells(args: argparse.Namespace) -> list[Cell]:
             if args.fedavg:
                 fed: tuple[tuple[str, Any], ...] = (("clients", 20), ("local_steps", 2))
                 if args.fedavg_deadline_s:
-                    # passed to both runs: the real runtimes refuse a round deadline until
-                    # they enforce one themselves; until then leave the option at 0
+                    # both runs: wall seconds from dispatch on processes, virtual on the clock
                     fed += (("round_deadline_s", args.fedavg_deadline_s),)
                 # a real executor gets θ and sends Δ over its pipe, which the profile's
                 # dispatch and receive costs already measure: no edge link on top
@@ -396,8 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fedavg-deadline-s",
         type=float,
         default=0.0,
-        help="the fedavg row's round deadline, in both runs (0: none; the real runtimes "
-        "refuse one until they enforce it)",
+        help="the fedavg row's round deadline, in both runs (0: none)",
     )
     parser.add_argument("--extrapolate", action="store_true", help="one core → this machine")
     parser.add_argument("--steps", type=int, default=20_000)
