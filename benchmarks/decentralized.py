@@ -140,7 +140,9 @@ def main() -> None:
     parser.add_argument("--cluster", default="heterogeneous")
     parser.add_argument("--runtime", default="serial", choices=["serial", "processes"])
     parser.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=SCHEDULERS)
-    parser.add_argument("--out", default="decentralized_runs.jsonl")
+    parser.add_argument(
+        "--out", default=str(Path(__file__).resolve().parent / "decentralized_runs.jsonl")
+    )  # the runs the docs quote, beside this script, wherever it is run from
     parser.add_argument("--table", action="store_true", help="only print --out's table")
     args = parser.parse_args()
     out = Path(args.out)

@@ -165,7 +165,9 @@ def main() -> None:
     parser.add_argument("--tables", nargs="+", default=["robust", "attacks", "dp", "fedopt"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--env-steps", type=int, default=15_000)
-    parser.add_argument("--out", default="federated_robustness_runs.jsonl")
+    parser.add_argument(
+        "--out", default=str(Path(__file__).resolve().parent / "federated_robustness_runs.jsonl")
+    )  # the runs the docs quote, beside this script, wherever it is run from
     args = parser.parse_args()
 
     done: dict[str, dict[str, Any]] = {}

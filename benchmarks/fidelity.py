@@ -5,7 +5,8 @@ real runs of the same training on the same machine, cell by cell, over seeds.
                                   [--envs CartPole-v1 Acrobot-v1] [--runtimes processes ray]
                                   [--workers 1 2 4 8] [--ray-workers 1 2 4]
                                   [--schedulers async sync bounded] [--hybrid-workers 2 4]
-                                  [--fedavg] [--extrapolate] [--profile P.json ...]
+                                  [--fedavg] [--fedavg-deadline-s S] [--extrapolate]
+                                  [--profile P.json ...] [--reuse-real DIR]
                                   [--out runs/fidelity]
 
 First each (runtime, env) is calibrated as ``hybrid calibrate --runtime R`` does (in-process
@@ -14,9 +15,10 @@ server's round trip, Hogwild!'s read delay and contention), unless ``--profile``
 Then every cell (runtime × scheduler × N, per env) trains with each seed twice: on the real
 runtime, and on the serial runtime with ``--cluster`` that profile. ``bounded`` runs with
 s = 1; the ``hybrid`` scheduler (a2c with V-trace) on processes; ``--fedavg`` adds fedavg with
-20 edge clients on 4 processes (no round deadline: the real runtimes have none; the clock
-does not model edge clients on a profile: that row has real figures only, counted as a
-miss). Per cell:
+20 edge clients taking turns on 4 processes (on the clock: the profile's task costs, its
+server and 4 executors; the clients' links cost nothing there, as the real processes send
+θ and Δ through the pipes the profile measured), with ``--fedavg-deadline-s`` as the round
+deadline of both runs (default 0: none). Per cell:
 
 - KS: Kolmogorov–Smirnov distance between the real and virtual staleness histograms, the
   median over seeds; its noise floor is the median KS between the real runs of two seeds.
@@ -32,6 +34,11 @@ miss). Per cell:
 predicts the processes cells at N = 2 and 4 on this machine's cores and prints the error of
 steps/s beside the real figure (target ≤ 20%). ``--quick``: processes, async and sync,
 N = 1, 2, 4, CartPole-v1, seeds 0 and 1, 5,000 env steps.
+
+``--reuse-real DIR`` trains only the virtual runs and reads each real run from an earlier
+invocation's ``--out`` (``DIR/<cell>-s<seed>-real``): the clock re-measured against real runs
+taken on a quiet machine while this one is busy. Give ``--profile`` too, or the calibration
+runs now.
 
 ``--report-only`` trains nothing and prints the table of the runs an earlier invocation
 (interrupted, perhaps) finished in ``--out``: per cell, the seeds whose real and virtual
@@ -90,7 +97,8 @@ class Cell:
     workers: int
     env: str
     changes: tuple[tuple[str, Any], ...] = ()
-    modelled: bool = True
+    virtual_changes: tuple[tuple[str, Any], ...] = ()
+    """Settings of the virtual run only (the modelled machine's, which a real run refuses)."""
 
     @property
     def name(self) -> str:
@@ -109,9 +117,14 @@ def cells(args: argparse.Namespace) -> list[Cell]:
             for n in args.hybrid_workers:
                 out.append(Cell("processes", "hybrid", n, env, (("learner_batch", 2),)))
             if args.fedavg:
-                # a round deadline exists on the virtual clock only: the real runtimes wait
-                fed = (("clients", 20), ("local_steps", 2))
-                out.append(Cell("processes", "fedavg", 4, env, fed, modelled=False))
+                fed: tuple[tuple[str, Any], ...] = (("clients", 20), ("local_steps", 2))
+                if args.fedavg_deadline_s:
+                    # both runs: wall seconds from dispatch on processes, virtual on the clock
+                    fed += (("round_deadline_s", args.fedavg_deadline_s),)
+                # a real executor gets θ and sends Δ over its pipe, which the profile's
+                # dispatch and receive costs already measure: no edge link on top
+                free_links = (("client_uplink_mbps", 1e9), ("client_downlink_mbps", 1e9))
+                out.append(Cell("processes", "fedavg", 4, env, fed, free_links))
     return out
 
 
@@ -191,8 +204,9 @@ def reported_cell(args: argparse.Namespace, cell: Cell, out: Path) -> dict[str, 
     reals, virtuals, seeds = [], [], []
     for seed in args.seeds:
         where = out / f"{cell.name}-s{seed}"
-        real, virtual = finished(Path(str(where) + "-real")), finished(Path(str(where) + "-v"))
-        if real is not None and (virtual is not None or not cell.modelled):
+        real_dir = Path(args.reuse_real or out) / f"{cell.name}-s{seed}-real"
+        real, virtual = finished(real_dir), finished(Path(str(where) + "-v"))
+        if real is not None and virtual is not None:
             reals.append(real)
             virtuals += [virtual] if virtual is not None else []
             seeds.append(seed)
@@ -208,11 +222,16 @@ def run_cell(
             scheduler=cell.scheduler, workers=cell.workers, **dict(cell.changes)
         )
         where = out / f"{cell.name}-s{seed}"
-        reals.append(train(cfg.replace(runtime=cell.runtime, out=str(where) + "-real")))
-        if cell.modelled and profile is not None:
-            virtuals.append(
-                train(cfg.replace(runtime="serial", cluster=str(profile), out=str(where) + "-v"))
-            )
+        if args.reuse_real:  # an earlier invocation's real run (a quiet moment's, say)
+            reused = Path(args.reuse_real) / f"{cell.name}-s{seed}-real"
+            if (real := finished(reused)) is None:
+                sys.exit(f"--reuse-real: no finished run {str(reused)!r} for this cell and seed")
+            reals.append(real)
+        else:
+            reals.append(train(cfg.replace(runtime=cell.runtime, out=str(where) + "-real")))
+        if profile is not None:
+            virtual = cfg.replace(runtime="serial", cluster=str(profile), out=str(where) + "-v")
+            virtuals.append(train(virtual.replace(**dict(cell.virtual_changes))))
     return cell_row(cell, reals, virtuals)
 
 
@@ -259,7 +278,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]
         f"{', '.join(sorted({str(r.get('seeds', len(r['real']))) for r in rows}))}), "
         "bounded s = 1; "
         f"{platform.node()}, {physical_cores()} cores; load average (1/5/15 min) "
-        f"{loads[0]} before, {loads[-1]} after. Targets: KS ≤ max({KS_TARGET}, floor + "
+        f"{loads[0]} before, {loads[-1]} after"
+        f"{f' (the real runs reused from {args.reuse_real})' if args.reuse_real else ''}. "
+        f"Targets: KS ≤ max({KS_TARGET}, floor + "
         f"{KS_OVER_FLOOR}), steps/s within ±{RATE_TOLERANCE:.0%}, waiting within "
         f"±{WAITING_POINTS * 100:.0f} points.",
         "",
@@ -277,7 +298,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]
             lines.append(
                 f"{head} not modelled ✗ | {median([r['staleness_mean'] for r in real]):.2f} / — |"
                 f" {rate_real:,.0f} / — | — ✗ | {median([r['waiting'] for r in real]):.1%} / — ✗"
-                " | edge clients on a profile |"
+                " | no virtual run |"
             )
             continue
         lacks = ""
@@ -369,7 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--ray-workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--hybrid-workers", type=int, nargs="*", default=[2, 4])
-    parser.add_argument("--fedavg", action="store_true", help="add the fedavg row (real only)")
+    parser.add_argument("--fedavg", action="store_true", help="add the fedavg row")
+    parser.add_argument(
+        "--fedavg-deadline-s",
+        type=float,
+        default=0.0,
+        help="the fedavg row's round deadline, in both runs (0: none)",
+    )
     parser.add_argument("--extrapolate", action="store_true", help="one core → this machine")
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -384,11 +411,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="runs/fidelity", help="runs, profiles, results.json")
     parser.add_argument(
+        "--reuse-real",
+        default=None,
+        metavar="DIR",
+        help="train only the virtual runs; the real ones are read from an earlier "
+        "invocation's --out (run on a quiet machine, say)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="train nothing: the table of the runs finished in --out (an interrupted run's)",
     )
     args = parser.parse_args(argv)
+    if not args.fedavg_deadline_s >= 0:
+        parser.error(f"--fedavg-deadline-s: {args.fedavg_deadline_s} must be >= 0 seconds")
     if args.quick:
         args.envs, args.runtimes, args.schedulers = (
             ["CartPole-v1"],
@@ -397,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         args.workers, args.hybrid_workers, args.seeds, args.steps = [1, 2, 4], [], [0, 1], 5_000
     out = Path(args.out)
+    if args.reuse_real and Path(args.reuse_real).resolve() == out.resolve():
+        parser.error("--reuse-real: give another --out (the runs there are removed first)")
     if args.report_only:  # the table of the runs an earlier invocation finished in --out
         rows = [r for c in cells(args) if (r := reported_cell(args, c, out)) is not None]
         report = table(rows, args, [load_average()])

@@ -12,85 +12,25 @@ serial runtime on a profile from ``hybrid calibrate`` with its ``cores`` replace
 machine we do not have: its error is only known where the machine is at hand
 (``benchmarks/gpu_check.sh`` measures the same table for real).
 
-``predict_speedups`` is the importable part (``hybrid reproduce`` calls it).
+The predictor itself is ``hybrid.speedup`` (``hybrid reproduce a3c-speedup`` runs the same
+configuration); it is re-exported here for the scripts that import it from this file.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import statistics
 import sys
-import tempfile
-import warnings
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hybrid import TrainConfig
 from hybrid.cluster_profile import ClusterProfile
+from hybrid.speedup import predict_speedups, predicted_rate
+
+__all__ = ["A3C_SPEEDUPS", "main", "predict_speedups", "predicted_rate", "table"]
 
 A3C_SPEEDUPS: dict[int, float] = {1: 1.0, 2: 2.1, 4: 3.7, 8: 6.9, 16: 12.5}
 """Mnih et al. 2016, Table 2: A3C's speed-up at 1, 2, 4, 8 and 16 threads (16 cores)."""
-
-
-def predicted_rate(
-    profile: ClusterProfile,
-    workers: int,
-    steps: int = 20_000,
-    seed: int = 0,
-    scheduler: str = "async",
-) -> float:
-    """Env steps per virtual second of a run on ``profile`` with ``workers`` workers."""
-    import hybrid
-
-    measured = profile.measured_on
-    cfg = TrainConfig(
-        env=measured.get("env", TrainConfig.env),
-        algo=measured.get("algo", TrainConfig.algo),
-        envs_per_worker=measured.get("envs_per_worker", TrainConfig.envs_per_worker),
-        rollout_steps=measured.get("rollout_steps", TrainConfig.rollout_steps),
-        hidden=measured.get("hidden", TrainConfig.hidden),
-        optimizer=measured.get("optimizer", TrainConfig.optimizer),
-        scheduler=scheduler,
-        workers=workers,
-        seed=seed,
-        total_env_steps=steps,
-        stop_when_solved=False,
-        eval_every=2**62,
-        eval_episodes=1,
-        progress=False,
-        env_defaults=False,
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "profile.json"
-        profile.save(path)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            result = hybrid.train(cfg, cluster=str(path), out=str(Path(tmp) / "run"))
-    summary = result.summary
-    assert summary is not None and summary["virtual_time_s"]
-    return summary["env_steps"] / summary["virtual_time_s"]
-
-
-def predict_speedups(
-    profile: ClusterProfile,
-    workers: Sequence[int] = (1, 2, 4, 8, 16),
-    cores: int = 16,
-    steps: int = 20_000,
-    seeds: Sequence[int] = (0,),
-) -> dict[int, float]:
-    """The clock's speed-up over one worker at each N of ``workers``, on ``profile`` with
-    ``cores`` cores (median over ``seeds`` of the ratio to the same seed's N = 1 rate)."""
-    machine = dataclasses.replace(profile, cores=cores)
-    ratios: dict[int, list[float]] = {n: [] for n in workers}
-    for seed in seeds:
-        alone = predicted_rate(machine, 1, steps, seed)
-        for n in workers:
-            rate = alone if n == 1 else predicted_rate(machine, n, steps, seed)
-            ratios[n].append(rate / alone)
-    return {n: statistics.median(values) for n, values in ratios.items()}
 
 
 def table(predicted: dict[int, float], cores: int, real: dict[int, float] | None = None) -> str:

@@ -9,10 +9,15 @@ way each real runtime sends them. Costs are CPU time of this thread (``thread_ti
 so other programs on a busy machine inflate them less than wall-clock timings would.
 A task's costs are means (throughput follows the mean); the sub-millisecond costs of
 the main process are medians of many repetitions. The clock then shares the measured
-machine's physical cores among the workers and the main process (processor sharing).
+machine's physical cores among the workers and the main process: on processes a time slice
+at a time, as the kernel runs them (its base slice, read where readable, plus half a tick),
+on ray by processor sharing.
 
-What is not measured: a context switch's cold caches when workers outnumber cores, the
-wake-up latency of a process blocked on its pipe, and Ray's own daemons.
+Short real runs of the runtime then fit what the in-process figures miss (``measure_runtime``):
+a task's cost in a worker process, the server's round trip, Hogwild!'s read delay, the cost
+growth at N = cores and, on processes, past them (N = 2C and 4C).
+
+What is not measured: Ray's own daemons.
 """
 
 from __future__ import annotations
@@ -457,6 +462,8 @@ def span_stats(run_dir: Path, summary: dict[str, Any], warm_up: int = 2) -> Span
     with open(run_dir / "spans.jsonl") as f:
         for line in f:
             row = json.loads(line)
+            if "mix" in row:  # a decentralized run's mix of replicas, not a task
+                continue
             rows.setdefault(int(row["worker"]), []).append(row)
     durations: list[float] = []
     gaps: list[float] = []
@@ -497,12 +504,67 @@ def _run(cfg: TrainConfig, out: Path, **changes: Any) -> tuple[Path, dict[str, A
 
 
 CALIBRATION_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
-    # (scheduler, N: "1" or "C"): sync rounds give the server's round trip and the cost of a
-    # task in a worker; N = C adds the growth when every core is busy; async on processes is
-    # Hogwild!, whose gap from a result to the next read is its own
-    "processes": (("sync", "1"), ("sync", "C"), ("async", "1")),
+    # (scheduler, N: "1", "C", "2C" or "4C"): sync rounds give the server's round trip and
+    # the cost of a task in a worker; N = C adds the growth when every core is busy, 2C and
+    # 4C the growth past them; async on processes is Hogwild!, whose gap from a result to
+    # the next read is its own
+    "processes": (("sync", "1"), ("sync", "C"), ("async", "1"), ("sync", "2C"), ("sync", "4C")),
     "ray": (("sync", "1"), ("sync", "C")),
 }
+MAX_GROWTH_WORKERS = 32
+"""The 4C run is left out where it would start more workers than this (a big machine:
+the 2C point and the slope through it stand for the rest)."""
+
+WORKERS_PER_CORE = {"1": 0, "C": 1, "2C": 2, "4C": 4}
+
+DEFAULT_BASE_SLICE_S = 0.75e-3
+"""The kernel's base slice per log2 CPUs (EEVDF's sysctl_sched_base_slice, CFS's
+sched_min_granularity): 0.75 ms × (1 + log2 min(CPUs, 8)) unless tuned."""
+SLICE_FILES = (
+    "/sys/kernel/debug/sched/base_slice_ns",
+    "/proc/sys/kernel/sched_base_slice_ns",
+    "/sys/kernel/debug/sched/min_granularity_ns",
+    "/proc/sys/kernel/sched_min_granularity_ns",
+)
+DEFAULT_HZ = 250
+
+
+def _kernel_hz() -> tuple[int, str]:
+    """The scheduler tick's rate (CONFIG_HZ) and where it was read."""
+    import gzip
+
+    release = platform.release()
+    for path, opener in (("/proc/config.gz", gzip.open), (f"/boot/config-{release}", open)):
+        try:
+            with opener(path, "rt") as config:
+                for line in config:
+                    if line.startswith("CONFIG_HZ="):
+                        return int(line.split("=", 1)[1]), path
+        except (OSError, ValueError, EOFError):
+            continue
+    return DEFAULT_HZ, f"CONFIG_HZ not readable, {DEFAULT_HZ} assumed"
+
+
+def kernel_quantum() -> tuple[float, str]:
+    """How long the kernel lets a task run while others wait (seconds), and where that
+    came from: its base slice (read where readable, else its default for this many CPUs)
+    plus half a scheduler tick, as a slice that has run out is noticed at the next tick."""
+    slice_s, source = 0.0, ""
+    for path in SLICE_FILES:
+        try:
+            slice_s = int(Path(path).read_text().split()[0]) * 1e-9
+            source = path
+            break
+        except (OSError, ValueError, IndexError):
+            continue
+    if not slice_s > 0:
+        cpus = os.cpu_count() or 1
+        slice_s = DEFAULT_BASE_SLICE_S * (1 + int(math.log2(min(cpus, 8))))
+        source = f"the kernel's default base slice for {cpus} CPUs (no sched file readable)"
+    hz, hz_source = _kernel_hz()
+    quantum = slice_s + 0.5 / hz
+    text = f"base slice {slice_s * 1e3:.2f} ms ({source}) + half a tick at {hz} Hz ({hz_source})"
+    return quantum, text
 
 
 def measure_runtime(
@@ -532,8 +594,16 @@ def measure_runtime(
         tasks = max(40, seconds_per_run * min(workers, cores) / max(modelled_task_s, 1e-6))
         return int(min(tasks, 20_000) * steps_per_task)
 
-    cells = [(sched, 1 if n == "1" else cores) for sched, n in CALIBRATION_CELLS[profile.runtime]]
+    cells = [
+        (sched, max(1, WORKERS_PER_CORE[n] * cores))
+        for sched, n in CALIBRATION_CELLS[profile.runtime]
+        if WORKERS_PER_CORE[n] * cores <= MAX_GROWTH_WORKERS or n in ("1", "C")
+    ]
     cells = list(dict.fromkeys(cells))  # one core: N = C is N = 1
+    if profile.runtime == "processes":
+        # the kernel runs more busy workers than cores a slice at a time, not all at once
+        quantum, quantum_source = kernel_quantum()
+        profile = dataclasses.replace(profile, quantum_s=quantum, quantum_source=quantum_source)
     real: dict[tuple[str, int], SpanStats] = {}
     with contextlib.ExitStack() as stack:
         root = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -578,6 +648,27 @@ def measure_runtime(
             ratio = statistics.fmean(crowded.durations) / statistics.fmean(virtual.durations)
             contention = max(ratio - 1.0, 0.0) * cores / (cores - 1)
         fitted = dataclasses.replace(fitted, contention=min(contention, 100.0))
+        growth_points = []
+        for scheduler, workers in cells:
+            if scheduler != "sync" or workers <= cores:
+                continue
+            # past the cores: the real tasks' median cost over the clock's without this
+            # growth. The median, not the mean: a real task's span there has a long tail of
+            # tasks preempted half-way (waiting inside their span, not costing more), which
+            # the clock's slices give where they happen; the median is the task's own cost
+            virtual = _virtual(
+                base, fitted, root / f"virtual-fit-{workers}", "sync", workers, budget(workers)
+            )
+            ratio = statistics.median(real[("sync", workers)].durations) / statistics.median(
+                virtual.durations
+            )
+            growth_points.append((workers / cores, min(max(ratio, 1e-3), 100.0)))
+        if growth_points:
+            fitted = dataclasses.replace(
+                fitted,
+                growth_past_cores=tuple(growth_points),
+                growth_slope=growth_slope(growth_points),
+            )
 
         residuals = []
         for (scheduler, workers), measured in real.items():
@@ -615,6 +706,16 @@ def measure_runtime(
         "residuals": residuals,
     }
     return dataclasses.replace(fitted, fit=fit)
+
+
+def growth_slope(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of a line through (1, 1) fitted to (N / C, cost factor)
+    points: how much a task's cost grows per busy process per core past the core count
+    (never below 0: fewer processes than the fit saw do not speed a task up)."""
+    across = sum((x - 1) ** 2 for x, _ in points)
+    if across <= 0:
+        return 0.0
+    return min(max(sum((x - 1) * (y - 1) for x, y in points) / across, 0.0), 100.0)
 
 
 def _virtual(
@@ -667,6 +768,14 @@ def describe_profile(profile: ClusterProfile) -> str:
             f"Hogwild! read delay   {profile.read_delay_s * us:8.1f} µs",
             f"contention            {profile.contention:8.3f} (cost growth at N = cores)",
         ]
+        for load, factor in profile.growth_past_cores:
+            lines.append(f"cost past the cores   {factor:8.3f} × at {load:g} workers per core")
+        if profile.growth_past_cores:
+            lines.append(f"growth slope          {profile.growth_slope:8.3f} per worker per core")
+    if profile.quantum_s:
+        lines.append(
+            f"time slice            {profile.quantum_s * us:8.1f} µs ({profile.quantum_source})"
+        )
         for r in profile.fit.get("residuals", []):
             lines.append(
                 f"fit {r['scheduler']:>5} N={r['workers']}: steps/s {r['steps_per_s_real']:,.0f}"
@@ -801,7 +910,9 @@ def calibrate_command(argv: Sequence[str]) -> int:
 __all__ = [
     "Measurements",
     "calibrate_command",
+    "growth_slope",
     "held_to_cores",
+    "kernel_quantum",
     "measure",
     "measure_runtime",
     "profile_for",

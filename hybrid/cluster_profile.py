@@ -34,6 +34,9 @@ MAX_COST_S = 3_600.0
 (step_cost_s): the clock's sums must stay finite over a whole run."""
 MAX_CORES = 65_536
 MAX_QUANTILES = 1_001
+WRITTEN_WHEN_SET = ("quantum_s", "quantum_source", "growth_past_cores", "growth_slope")
+"""Fields added to format 2 later: written only when set, so a profile without them keeps
+its digest (and the runs that cite it their citation)."""
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,46 @@ class ClusterProfile:
     false: the workers and the main process share the cores equally."""
     measured_on: dict[str, Any] = field(default_factory=dict)
     """What was measured, where and when (env, algo, sizes, machine): information only."""
+    quantum_s: float = 0.0
+    """The kernel's time slice: the cores run their runnable tasks round-robin, FIFO, each
+    for up to this many seconds at a time (a task shorter than what is left of its slice
+    runs whole; a preempted one goes to the back). 0: processor sharing, every busy task
+    advancing at once (profiles written before time slices were modelled)."""
+    quantum_source: str = ""
+    """Where quantum_s came from (the kernel file read, or the kernel's default): information."""
+    growth_past_cores: tuple[tuple[float, float], ...] = ()
+    """How a task's cost grows with more busy processes than cores: points (N / C, cost at
+    N over the clock's cost there without this growth), N / C increasing and above 1,
+    measured from real runs at N = 2C (and 4C). The clock interpolates linearly from
+    (1, 1) through them; beyond the last it follows growth_slope. Empty: no growth."""
+    growth_slope: float = 0.0
+    """The least-squares slope of the cost factor per busy process per core beyond C, a
+    line through (1, 1) fitted to growth_past_cores: the growth beyond the last point."""
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
         for name in ("task_cost_quantiles", "wake_s_quantiles"):
             values[name] = list(values[name])
+        values["growth_past_cores"] = [list(point) for point in self.growth_past_cores]
+        for f in dataclasses.fields(self):
+            if f.name in WRITTEN_WHEN_SET and getattr(self, f.name) == f.default:
+                del values[f.name]
         return {"format": PROFILE_FORMAT, **values}
+
+    def cost_growth(self, workers: int) -> float:
+        """A task's cost factor with ``workers`` workers on the profile's cores: the fitted
+        contention up to the core count, times the growth past it."""
+        cores = self.cores
+        growth = 1.0 + self.contention * (min(workers, cores) - 1) / cores
+        load = workers / cores
+        if load <= 1 or not self.growth_past_cores:
+            return growth
+        points = ((1.0, 1.0), *self.growth_past_cores)
+        for (x0, y0), (x1, y1) in itertools.pairwise(points):
+            if load <= x1:
+                return growth * (y0 + (y1 - y0) * (load - x0) / (x1 - x0))
+        last_x, last_y = points[-1]
+        return growth * (last_y + self.growth_slope * (load - last_x))
 
     def digest(self) -> str:
         """sha256 of the profile's canonical JSON: what a run on it cites."""
@@ -146,6 +183,15 @@ class ClusterProfile:
         for name in ("measured_on", "fit"):
             if not isinstance(values.get(name, {}), dict):
                 raise bad(f"{name} must be an object")
+        if "quantum_s" in values:
+            values["quantum_s"] = _bounded(bad, "quantum_s", values["quantum_s"], MAX_COST_S)
+        source = values.get("quantum_source", "")
+        if not isinstance(source, str) or len(source) > 400:
+            raise bad("quantum_source must be a string of at most 400 characters")
+        if "growth_slope" in values:
+            values["growth_slope"] = _bounded(bad, "growth_slope", values["growth_slope"], 100.0)
+        if "growth_past_cores" in values:
+            values["growth_past_cores"] = _growth_points(bad, values["growth_past_cores"])
         return cls(**values)
 
     @classmethod
@@ -199,6 +245,27 @@ def _quantiles(
     if any(b < a for a, b in itertools.pairwise(numbers)):
         raise bad(f"{name} must be non-decreasing (quantiles)")
     return numbers
+
+
+def _growth_points(
+    bad: Callable[[str], ConfigError], value: object
+) -> tuple[tuple[float, float], ...]:
+    message = (
+        "growth_past_cores must be a list of at most 64 [processes per core > 1, cost factor "
+        "in (0, 100]] pairs, processes per core increasing"
+    )
+    if not isinstance(value, list) or len(value) > 64:
+        raise bad(message)
+    points = []
+    for point in value:
+        if not isinstance(point, list) or len(point) != 2:
+            raise bad(message)
+        load = _bounded(bad, "growth_past_cores", point[0], float(MAX_CORES))
+        factor = _bounded(bad, "growth_past_cores", point[1], 100.0)
+        if load <= 1 or factor <= 0 or (points and load <= points[-1][0]):
+            raise bad(message)
+        points.append((load, factor))
+    return tuple(points)
 
 
 def profile_in_effect(cluster: str, resume: str | None) -> str:

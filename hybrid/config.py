@@ -23,36 +23,66 @@ from hybrid.scheduler_settings import (
     INT_MAX,
     coerce_setting,
     config_fields,
+    config_type,
     field_defaults,
+    field_docs,
     fold_scheduler_args,
     settings_from_fields,
 )
 
-# The built-in schedulers' own fields: their defaults (and checks) are those of each
-# scheduler's Settings dataclass (hybrid/scheduler_settings.py), written there once.
-_BOUNDED = field_defaults(BUILT_IN_SETTINGS["bounded"])
-_ACTOR_LEARNER = field_defaults(BUILT_IN_SETTINGS["hybrid"])
-_FEDAVG = field_defaults(BUILT_IN_SETTINGS["fedavg"])
 
+def _with_built_in_scheduler_fields(after: dict[str, str]) -> Callable[[type], type]:
+    """Give the class every built-in scheduler setting (hybrid/scheduler_settings.py) as a
+    field of the setting's type, default and docstring: a knob added to a scheduler's
+    Settings is a config field, a flag with its --help text, a sweep key and a config.json
+    entry at once, written there once. ``after`` places each scheduler's fields (its
+    Settings' order) after the named field, so --help lists them in their section.
 
-def _with_built_in_scheduler_fields(cls: type) -> type:
-    """Give ``cls`` every built-in scheduler setting it does not declare itself, as a field
-    of the setting's type and default: a knob added to a scheduler's Settings is a config
-    field, a flag, a sweep key and a config.json entry at once. (Declaring it in the class
-    body as well, with its default taken from the Settings, adds its --help text.)"""
-    annotations = cls.__annotations__  # its own (the dataclass reads it), not a copy
-    for settings_class in BUILT_IN_SETTINGS.values():
-        for f in config_fields(settings_class):
-            if f.name not in annotations:
-                annotations[f.name] = f.type
-                setattr(cls, f.name, f.default)
-    return cls
+    The help text goes in the field's ``metadata["help"]``, the dataclass convention tyro
+    reads (as argparse-style config classes do), rather than in an ``Annotated`` tyro marker
+    on the type: this module stays free of tyro, and the types stay the plain ones that
+    ``dataclasses.fields``, the sweep and config.json see."""
+
+    def add_fields(cls: type) -> type:
+        annotations = cls.__annotations__  # its own (the dataclass reads it), not a copy
+        declared = list(annotations.items())
+        placed: dict[str, list[str]] = {}
+        for scheduler, settings_class in BUILT_IN_SETTINGS.items():
+            docs = field_docs(settings_class)
+            for f in config_fields(settings_class):
+                if f.name in annotations:  # two docstrings, two defaults: they would drift
+                    raise TypeError(
+                        f"{cls.__name__}.{f.name}: a field of {settings_class.__name__}, "
+                        "declared there only"
+                    )
+                help_text = f"{scheduler}: {docs.get(f.name, 'its setting ' + f.name)}"
+                setattr(
+                    cls, f.name, dataclasses.field(default=f.default, metadata={"help": help_text})
+                )
+                placed.setdefault(after.get(scheduler, ""), []).append(f.name)
+                annotations[f.name] = config_type(f)
+        order = [name for name, _ in declared]
+        for anchor, names in placed.items():
+            # a scheduler ``after`` does not name: its fields go last
+            at = order.index(anchor) + 1 if anchor else len(order)
+            order[at:at] = names
+        reordered = {name: annotations[name] for name in order}
+        annotations.clear()
+        annotations.update(reordered)
+        return cls
+
+    return add_fields
 
 
 @dataclass
-@_with_built_in_scheduler_fields
+@_with_built_in_scheduler_fields(
+    after={"bounded": "server_beta2", "hybrid": "inject_worker_faults", "fedavg": "clients"}
+)
 class TrainConfig:
-    """Train one agent under one update scheduler. Every field is also a CLI flag."""
+    """Train one agent under one update scheduler. Every field is also a CLI flag.
+
+    The built-in schedulers' own fields (staleness_bound, learner_batch, client_fraction...)
+    are declared once, on their Settings dataclasses (hybrid/scheduler_settings.py)."""
 
     # --- task and schedule -------------------------------------------------------------------
     env: str = "CartPole-v1"
@@ -121,11 +151,7 @@ class TrainConfig:
     server_beta2: float = 0.99
     """fedadam / fedyogi: second-moment β2, in [0, 1) (the paper's 0.99, not torch's 0.999)."""
 
-    # --- bounded staleness -----------------------------------------------------------------------
-    staleness_bound: int = _BOUNDED["staleness_bound"]
-    """SSP bound s: a worker may run at most s clocks ahead of the slowest (bounded only)."""
-    staleness_aware_lr: bool = _BOUNDED["staleness_aware_lr"]
-    """Scale each step by 1/max(1, tau), tau = staleness (Zhang et al. 2016; bounded only)."""
+    # --- bounded staleness: BoundedSettings' fields go here (the decorator's ``after``) ------
 
     # --- serial runtime: the virtual clock's cost model -------------------------------------------
     cluster: str = "homogeneous"
@@ -167,11 +193,7 @@ class TrainConfig:
     inject_worker_faults: float = 0.0
     """Chance per task that its worker is SIGKILLed (processes, ray; seeded): fault studies."""
 
-    # --- actor-learner (hybrid scheduler) and Q-learning -------------------------------
-    learner_batch: int = _ACTOR_LEARNER["learner_batch"]
-    """hybrid: trajectories per learner batch (B)."""
-    max_policy_lag: int = _ACTOR_LEARNER["max_policy_lag"]
-    """hybrid: drop trajectories acted more than this many versions ago."""
+    # --- actor-learner (hybrid scheduler; ActorLearnerSettings' fields first) and Q-learning --
     correction: str = "vtrace"
     """hybrid + a2c: off-policy correction of the learner, vtrace or none (the ablation)."""
     rho_bar: float = 1.0
@@ -201,14 +223,12 @@ class TrainConfig:
     target_every: int = 100
     """nstep_q: refresh the target network every this many global versions."""
 
-    # --- federated ------------------------------------------------------------------
+    # --- federated (FedAvgSettings' fields follow ``clients``) ------------------------------
     clients: int | None = None
     """Simulated edge clients K (hybrid/clients.py), worker ids 0..K-1: each runs its own env
     variant (client_dynamics) at its own device speed (cluster) over its own links, and is built
     on demand for each task, so memory grows with the clients per round, not with K (topk error
     feedback is then per task). Unset: the persistent `workers` are the participants."""
-    client_fraction: float = _FEDAVG["client_fraction"]
-    """fedavg: fraction C of the K clients sampled per round, max(1, floor(C*K)); in (0, 1]."""
     local_steps: int = 50
     """fedavg: local updates E per client and round, each one rollout of rollout_steps. An
     on-demand client's envs start afresh each round: E * rollout_steps bounds its episodes."""
@@ -232,16 +252,6 @@ class TrainConfig:
     """Median client downlink in Mbit/s (θ's download time on the virtual clock)."""
     client_link_sigma: float = 0.0
     """Lognormal sigma of the client links around their medians (0: all equal)."""
-    client_dropout: float = _FEDAVG["client_dropout"]
-    """fedavg: probability that a sampled client drops out of its round (never reports)."""
-    client_availability: float = _FEDAVG["client_availability"]
-    """fedavg: probability that a client can be sampled in a given round."""
-    round_deadline_s: float = _FEDAVG["round_deadline_s"]
-    """fedavg: seconds after a round starts when the server stops waiting (0: no deadline);
-    virtual seconds on the serial runtime."""
-    late_policy: str = _FEDAVG["late_policy"]
-    """fedavg: a Δ that misses the deadline is dropped (counted) or admitted in a later round
-    with its staleness (admit: asynchronous FL)."""
     # --- federated: hostile and private rounds (fedavg's server, the clients' behaviour) -------
     aggregator: str = "mean"
     """fedavg: how the server combines a round's Δs: mean (sample-weighted), median
@@ -279,8 +289,9 @@ class TrainConfig:
     """fedavg DP-FedAvg: adaptive clipping's count noise sigma_b (0: clients per round / 20)."""
     client_trace: str = ""
     """Edge clients' trace file (JSON or CSV, hybrid/traces.py): per client compute speed,
-    links and availability intervals over virtual time, for fedavg (FedBuff: also pass it as
-    its client_trace argument); serial runtime only."""
+    links and availability intervals in seconds since training started (virtual on serial,
+    wall time on processes and ray, where speeds and links are emulated by holding results),
+    for fedavg (FedBuff: also pass it as its client_trace argument)."""
     client_eval_clients: int = 50
     """Clients (a seeded sample) whose own env variant the final model is evaluated on."""
     client_eval_episodes: int = 2
@@ -650,17 +661,9 @@ class TrainConfig:
                 ("homogeneous", "heterogeneous", "stragglers", "a profile PATH.json"),
             )
             return
+        # edge clients and round deadlines are modelled on a profile too
+        # (hybrid/runtimes/virtual_cluster.py): the profile only has to load
         ClusterProfile.load(profile_in_effect(self.cluster, self.resume))
-        if self.clients is not None:
-            raise ConfigError(
-                "cluster: a measured profile models persistent workers on one machine; "
-                "edge clients (clients) take their speeds from federated profiles"
-            )
-        if self.round_deadline_s:
-            raise ConfigError(
-                "cluster: a measured profile does not model round deadlines; "
-                "leave round_deadline_s 0 or use a built-in cluster"
-            )
 
     def _check_hostile_rounds(self) -> None:
         """Robust aggregation, Byzantine clients and DP-FedAvg: their settings build (one-line
@@ -709,6 +712,13 @@ class TrainConfig:
                 raise ConfigError(
                     f"{name}: {getattr(self, name)!r} has no effect here; it applies only {when}"
                 )
+        private = [name for name in server if name in FIELD_OWNERS["privacy"]]
+        if private and self.scheduler != "fedavg":
+            raise ConfigError(
+                f"{private[0]}: DP-FedAvg is offered with --scheduler fedavg only: its accountant "
+                "charges one sampled round per noised step, and FedBuff's buffer (or your own "
+                "scheduler) steps on other terms, so the ε it reported would not hold"
+            )
         if server and self.scheduler != "fedavg":
             raise ConfigError(
                 f"{server[0]}: applies only with --scheduler fedavg (FedBuff and your own "
@@ -765,12 +775,18 @@ class TrainConfig:
                 "client_trace: drives edge clients under fedavg (or a scheduler of yours that "
                 "reads it, such as FedBuff); use --scheduler fedavg --clients K"
             )
-        if self.runtime != "serial":
-            raise ConfigError(f"client_trace: {VIRTUAL_ONLY}")
-        if self.cluster != "homogeneous" or self.client_link_sigma:
+        from hybrid.cluster_profile import is_profile_path
+
+        # A measured profile prices a task on this machine and the trace scales it by each
+        # client's speed; a built-in cluster's speeds would compete with the trace's.
+        if not (self.cluster == "homogeneous" or is_profile_path(self.cluster)):
             raise ConfigError(
                 "client_trace: the trace sets each client's speed and links; leave cluster "
-                "homogeneous and client_link_sigma 0"
+                "homogeneous (or a measured profile PATH.json) and client_link_sigma 0"
+            )
+        if self.client_link_sigma:
+            raise ConfigError(
+                "client_trace: the trace sets each client's links; leave client_link_sigma 0"
             )
         if self.dp_clip:
             raise ConfigError(
@@ -917,9 +933,15 @@ FIELD_OWNERS: dict[str, tuple[str, ...]] = {
         "server_momentum",
     ),
     # a built-in scheduler owns the fields of its Settings dataclass (hybrid.registry)
-    "bounded": tuple(_BOUNDED),
-    "actor_learner": tuple(_ACTOR_LEARNER),
-    "fedavg": (*_FEDAVG, "local_steps", "local_optimizer", "local_lr", "prox_mu"),
+    "bounded": tuple(field_defaults(BUILT_IN_SETTINGS["bounded"])),
+    "actor_learner": tuple(field_defaults(BUILT_IN_SETTINGS["hybrid"])),
+    "fedavg": (
+        *field_defaults(BUILT_IN_SETTINGS["fedavg"]),
+        "local_steps",
+        "local_optimizer",
+        "local_lr",
+        "prox_mu",
+    ),
     "clients": (
         "clients",
         "client_dynamics",
@@ -1094,10 +1116,7 @@ FIELD_APPLIES: dict[str, Applies] = {
     # population (dropout, availability), a TrainLocally task the local training settings
     "client_fraction": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
     "late_policy": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
-    "round_deadline_s": Applies(
-        lambda c, x: c.scheduler == "fedavg" and c.runtime == "serial",
-        "with --scheduler fedavg on the serial runtime's virtual clock",
-    ),
+    "round_deadline_s": Applies(lambda c, x: c.scheduler == "fedavg", "with --scheduler fedavg"),
     "client_dropout": Applies(
         lambda c, x: c.scheduler == "fedavg" or not x.built_in,
         "with --scheduler fedavg or your own scheduler (they draw the client population)",
@@ -1190,10 +1209,10 @@ VIRTUAL_CLOCK_FIELDS = (
     "client_uplink_mbps",
     "client_downlink_mbps",
     "client_link_sigma",
-    "round_deadline_s",
 )
-"""Fields of the modelled machine (the serial runtime's own, and the edge clients' links
-and round deadlines): they set durations on the virtual clock only."""
+"""Fields of the modelled machine (the serial runtime's own, and the edge clients' drawn
+links): they set durations on the virtual clock only. Round deadlines and client traces
+hold on every runtime (wall time on processes and ray)."""
 VIRTUAL_ONLY = (
     "on the serial runtime's virtual clock (--runtime serial); processes and ray run at "
     "this machine's real speed"

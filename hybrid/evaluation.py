@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,11 +24,11 @@ class EvalSettings:
     algo: AlgoSettings
     env: str
     seed: int
-    eval_episodes: int = 10
-    obs_clip: float = 10.0
+    eval_episodes: int
+    obs_clip: float
     """The clip of the evaluator's observation normalizer (``normalize_obs``)."""
-    envs: EnvSettings = field(default_factory=EnvSettings)
-    final: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    envs: EnvSettings
+    final: tuple[tuple[str, Any], ...]
     """The plug-ins' final evaluations that apply to this run: ``("module:function",
     settings)`` pairs; each is called ``(settings, info, params) -> dict``."""
 

@@ -248,6 +248,8 @@ class DpFedAvg:
             "clip": self.clip,
             "rounds": self.accountant.rounds,
             "generator": self.generator.get_state(),
+            # logged in every row until the next round replaces it: a resume must show it too
+            "unclipped_fraction": self.last_unclipped_fraction,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -256,6 +258,7 @@ class DpFedAvg:
         self.clip = float(state["clip"])
         self.accountant.rounds = int(state["rounds"])
         self.generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8))
+        self.last_unclipped_fraction = float(state.get("unclipped_fraction", math.nan))
 
 
 __all__ = ["SAMPLINGS", "DpFedAvg", "PrivacyAccountant", "PrivacySettings"]

@@ -36,6 +36,11 @@ class ComputeGradient:
 
     deadline_s: float = 0.0
     """Seconds after the start when the server stops waiting (0: none)."""
+    rollout_steps: int = 0
+    """Env steps per env of the rollout (0: the run's ``--rollout-steps``)."""
+
+    def __post_init__(self) -> None:
+        _check_rollout_steps(self.rollout_steps)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,19 @@ class TrainLocally:
     prox_mu: float = 0.0
     """FedProx: the client minimizes its loss + μ/2 ‖θ − θ_snapshot‖²."""
     deadline_s: float = 0.0
+    rollout_steps: int = 0
+    """Env steps per env of each local step's rollout (0: the run's ``--rollout-steps``)."""
+
+    def __post_init__(self) -> None:
+        _check_rollout_steps(self.rollout_steps)
+
+
+def _check_rollout_steps(rollout_steps: int) -> None:
+    # A scheduler sets it per task (ready's settings): its mistake is said in one line.
+    if rollout_steps < 0:
+        raise ValueError(
+            f"rollout_steps={rollout_steps} must be >= 1, or 0 for the run's --rollout-steps"
+        )
 
 
 Task: TypeAlias = ComputeGradient | CollectExperience | TrainLocally
@@ -117,6 +135,13 @@ class Update:
     task_settings: dict[str, Any] | None = None
     """The task's settings the scheduler chose for this worker (``ready`` returned
     ``(worker id, settings)``), set by the loop on arrival; None: the run's own."""
+    overdue: bool = False
+    """A stand-in, not a result: a real runtime hands it over when the task's ``deadline_s``
+    has passed and the worker is still computing (payload None, ``cost_s`` the seconds waited,
+    more than ``deadline_s``). The task's own update follows when the worker finishes."""
+    held_s: float = 0.0
+    """Seconds a real runtime held the finished result back to emulate the client's traced
+    speed and links (``client_trace``); part of ``cost_s``."""
 
     @property
     def finished_s(self) -> float:

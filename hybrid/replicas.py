@@ -15,6 +15,12 @@ nothing else in the one loop changes. The applier holds the replicas as the rows
   weights w ← P w de-bias the rows: z_k = x_k / w_k). With a ``delay`` the mass sent to
   other nodes arrives that many steps later (overlap SGP).
 
+Where the runtime's workers share the replicas (``Runtime.replica_exchange``: processes), the
+rows are shared memory (``hybrid.runtimes.shared_replicas``): each worker reads its own row
+when its task starts, so no replica goes through a pipe; gossip's and SGP's rounds still mix
+here, and an AD-PSGD step is handed to its worker, which averages its pair and steps its
+replica itself while the loop goes on (``pair_lock``: atomically per pair).
+
 The global model then holds the replicas' average z̄ = mean_k z_k: it is what is evaluated,
 checkpointed and hashed (summary.json says so in ``evaluated_model``). Its version counts
 mixing steps. Consensus distance mean_k ‖z_k − z̄‖ / ‖z̄‖ and the bytes replicas send each
@@ -32,6 +38,7 @@ import torch
 
 from hybrid.core.global_model import GlobalModel
 from hybrid.protocol import Payload, Snapshot, Step, Task
+from hybrid.runtimes.shared_replicas import REPLICA_READ, ReplicaExchange
 from hybrid.schedulers.decentralized import MixingStep
 from hybrid.topology import edges_of
 
@@ -39,14 +46,32 @@ from hybrid.topology import edges_of
 class ReplicaApplier:
     """The replicas and how steps change them (see the module's docstring)."""
 
-    def __init__(self, model: GlobalModel, count: int) -> None:
+    def __init__(
+        self,
+        model: GlobalModel,
+        count: int,
+        exchange: ReplicaExchange | None = None,
+        locked: bool = True,
+    ) -> None:
+        """``exchange``: the runtime whose workers share the rows (None: they live here);
+        ``locked``: there, reads and pair mixes hold the rows' locks."""
         self.count = count
-        self.rows = model.params.detach().clone().repeat(count, 1)
+        self.exchange = exchange
+        self.shared = exchange.shared_replicas if exchange is not None else None
+        self.locked = locked
+        if self.shared is not None:
+            if model.device.type != "cpu":
+                raise ValueError(f"shared replicas live in CPU memory; θ is on {model.device}")
+            self.rows = self.shared.rows
+            self.rows.copy_(model.params.detach().repeat(count, 1))
+            self.optimizers = [self.shared.replica_model(model, k) for k in range(count)]
+        else:
+            self.rows = model.params.detach().clone().repeat(count, 1)
+            self.optimizers = [model.replica(self.rows[k]) for k in range(count)]
         """X: row k is replica k (x_k, the push-sum numerator)."""
         self.weights = torch.ones(count, dtype=torch.float64)
         """w: push-sum weights, on CPU (all 1 unless a step keeps push-sum)."""
         self.push_sum = False
-        self.optimizers = [model.replica(self.rows[k]) for k in range(count)]
         self.in_flight: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         """(the mix it arrives at, mass of X, mass of w): sent, not yet received."""
         self.row_bytes = self.rows.shape[1] * self.rows.element_size()
@@ -68,6 +93,18 @@ class ReplicaApplier:
     ) -> list[tuple[list[int], Snapshot]]:
         """Each worker starts from its own replica (de-biased)."""
         shared = model.snapshot(task, progress, copy=False)
+        if self.shared is not None:  # the worker reads its row itself: say which, and how
+            return [
+                (
+                    [k],
+                    dataclasses.replace(
+                        shared,
+                        params=self.rows[k],
+                        extras=shared.extras | {REPLICA_READ: (k, self._weight(k), self.locked)},
+                    ),
+                )
+                for k in worker_ids
+            ]
         return [
             ([k], dataclasses.replace(shared, params=self.debiased(k).cpu().clone()))
             for k in worker_ids
@@ -76,6 +113,8 @@ class ReplicaApplier:
     def apply(self, model: GlobalModel, step: Step, progress: float) -> float:
         if not isinstance(step, MixingStep):
             raise TypeError("a decentralized run applies MixingSteps (ReplicaScheduler.combine)")
+        if self.exchange is not None and step.pairs and step.mix_first and not step.push_sum:
+            return self._order_pair_mixes(model, step, progress)
         if step.mix_first and step.mixing is not None:
             self.mix(step.mixing, step.push_sum, step.delay)
         norms = []
@@ -84,12 +123,42 @@ class ReplicaApplier:
             norms.append(self.optimizers[update.worker_id].apply(local, progress))
         if not step.mix_first and step.mixing is not None:
             self.mix(step.mixing, step.push_sum, step.delay)
+        self._after_step(model)
+        return float(np.mean(norms)) if norms else 0.0
+
+    def _order_pair_mixes(self, model: GlobalModel, step: MixingStep, progress: float) -> float:
+        """AD-PSGD on shared replicas: each worker averages its pair and steps its replica
+        itself; the loop counts the messages and reads the rows as they are now (a mix
+        ordered a moment ago may not have landed yet: the metrics lag by it)."""
+        assert self.exchange is not None
+        for i, j in step.pairs:
+            self.exchange.order_pair_mix(i, j, step.lr_scale, progress, self.locked)
+        self.mixes += 1
+        self._count_messages(step.mixing if step.mixing is not None else np.eye(self.count))
+        self._after_step(model)
+        norms = [float(torch.linalg.vector_norm(u.payload)) for u in step.updates]
+        return float(np.mean(norms)) if norms else 0.0
+
+    def _after_step(self, model: GlobalModel) -> None:
         self.last_consensus = consensus_distance(self._debiased_rows())
         self.consensus_sum += self.last_consensus
         self.applied += 1
         model.params.copy_(self.average())
         model.count_version()
-        return float(np.mean(norms)) if norms else 0.0
+
+    def refresh(self, model: GlobalModel) -> None:
+        """The global model is the replicas' average as they are now: after the runtime has
+        settled, every pair mix its workers were ordered to do has landed."""
+        model.params.copy_(self.average())
+
+    def _weight(self, k: int) -> float:
+        return float(self.weights[k]) if self.push_sum else 1.0
+
+    def gather(self, model: GlobalModel) -> None:
+        """Bring ``model`` (the replicas' average) up to date before it is evaluated or
+        checkpointed: here every step already wrote it; an applier whose replicas live in
+        the workers (the ray runtime's actors) fetches them."""
+        del model
 
     # --- the maths -----------------------------------------------------------------------------
 
@@ -127,6 +196,9 @@ class ReplicaApplier:
         for _, rows, weights in arrived:
             self.rows.add_(rows)
             self.weights.add_(weights)
+        self._count_messages(p)
+
+    def _count_messages(self, p: np.ndarray) -> None:
         edges = edges_of(p)
         for sender, receiver in edges:
             self.messages[sender, receiver] += 1
@@ -161,6 +233,12 @@ class ReplicaApplier:
         return self._debiased_rows().detach().cpu().clone()
 
     def state_dict(self) -> dict[str, Any]:
+        if self.shared is not None:  # workers may be mixing pairs: no half-mixed pair saved
+            with self.shared.all_locked():
+                return self._state()
+        return self._state()
+
+    def _state(self) -> dict[str, Any]:
         return {
             "rows": self.rows.detach().cpu().clone(),
             "weights": self.weights.cpu().clone(),
@@ -183,12 +261,36 @@ class ReplicaApplier:
         self.push_sum = bool(state["push_sum"])
         device = self.rows.device
         self.in_flight = [(int(n), r.to(device), w) for n, r, w in state["in_flight"]]
-        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+        for k, (optimizer, saved) in enumerate(
+            zip(self.optimizers, state["optimizers"], strict=True)
+        ):
             optimizer.optimizer.load_state_dict(saved)
+            if self.shared is not None:  # the workers step the shared statistics: fill them
+                loaded = optimizer.optimizer.state[optimizer.param]
+                for name, tensor in self.shared.optimizer_states[k].items():
+                    if name in loaded:
+                        tensor.copy_(loaded[name])
+                optimizer.attach_shared({"param": self.rows[k], **self.shared.optimizer_states[k]})
         self.messages = np.asarray(state["messages"], dtype=np.int64)
         mixes, applied, sent, last, total = state["counters"]
         self.mixes, self.applied, self.bytes_sent = int(mixes), int(applied), int(sent)
         self.last_consensus, self.consensus_sum = float(last), float(total)
+
+
+def mixing_event(step: MixingStep, index: int, time: float) -> dict[str, Any]:
+    """One line of the exchanges' timeline (``hybrid.timeline``): the ``index``-th mix, at
+    ``time`` (when its last update arrived; the run's clock, as the tasks' spans), its edges
+    [sender, receiver, weight] (x_receiver takes weight × x_sender) and, for AD-PSGD, the
+    pairs [worker, neighbour] the scheduler drew."""
+    p = step.mixing if step.mixing is not None else np.eye(1)
+    event: dict[str, Any] = {
+        "mix": index,
+        "time": time,
+        "edges": [[s, r, float(p[r, s])] for s, r in edges_of(p)],
+    }
+    if step.pairs:
+        event["pairs"] = [[int(i), int(j)] for i, j in step.pairs]
+    return event
 
 
 def consensus_distance(rows: torch.Tensor) -> float:
@@ -203,4 +305,4 @@ def _is_identity_row(p: np.ndarray, k: int) -> bool:
     return bool(row[k] == 1.0 and np.count_nonzero(row) == 1)
 
 
-__all__ = ["ReplicaApplier", "consensus_distance"]
+__all__ = ["ReplicaApplier", "consensus_distance", "mixing_event"]

@@ -3,17 +3,24 @@
 Each built-in scheduler declares its dataclass as ``Settings`` and is built as
 ``cls(workers, settings)``, exactly as a scheduler of your own. The dataclasses live here,
 apart from the schedulers, because they import nothing heavy: ``TrainConfig`` takes its
-flat scheduler fields' defaults from them (``--staleness-bound``...), ``FIELD_OWNERS``
-its owners, and ``validate`` runs their checks, all without importing a scheduler (or
-torch). A new knob of a built-in scheduler is one field here: ``TrainConfig`` gains it as a
-field (a flag, a sweep key, a config.json entry), owned by its scheduler in
-``FIELD_OWNERS``, checked by the dataclass; the scheduler reads it from its settings.
+flat scheduler fields from them (``--staleness-bound``...: type, default and docstring, the
+flag's --help text), ``FIELD_OWNERS`` their owners, and ``validate`` runs their checks, all
+without importing a scheduler (or torch). A new knob of a built-in scheduler is one field
+here, with its docstring: ``TrainConfig`` gains it as a field (a documented flag, a sweep
+key, a config.json entry), owned by its scheduler in ``FIELD_OWNERS``, checked by the
+dataclass; the scheduler reads it from its settings.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
+import itertools
 import math
+import sys
+import textwrap
 import types
 import typing
 from collections.abc import Mapping
@@ -29,6 +36,12 @@ ASSEMBLED = "assembled"
 """Metadata key of a Settings field the assembly builds (from other config fields, or the
 client profiles) rather than a config field of the same name: no flag, no config entry."""
 _BUILT_BY_ASSEMBLY = {ASSEMBLED: True}
+
+CONFIG_TYPE = "config_type"
+"""Metadata key of a Settings field whose config field (flag, config.json entry) has a
+narrower type than the field itself: one value for every client, where the assembly may
+give the Settings one per client."""
+_ONE_FOR_EVERY_CLIENT = {CONFIG_TYPE: "float"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,8 @@ class BoundedSettings:
     staleness_bound: int = 4
     """SSP bound s: a worker may run at most s clocks ahead of the slowest."""
     staleness_aware_lr: bool = False
-    """Scale each step by 1/max(1, τ) (staleness-aware ASGD, Zhang et al. 2016)."""
+    """Scale each step by 1/max(1, τ), τ its staleness (staleness-aware ASGD, Zhang et al.
+    2016)."""
 
     def __post_init__(self) -> None:
         if self.staleness_bound < 0:
@@ -60,9 +74,9 @@ class ActorLearnerSettings:
     """The actor-learner's own settings (``--learner-batch``, ``--max-policy-lag``)."""
 
     learner_batch: int = 8
-    """B: trajectories per learner batch."""
+    """Trajectories per learner batch (B)."""
     max_policy_lag: int = 100
-    """Trajectories acted more than this many learner steps ago are dropped."""
+    """Drop trajectories acted more than this many learner steps (versions) ago."""
 
     def __post_init__(self) -> None:
         if self.learner_batch < 1:
@@ -78,15 +92,18 @@ class FedAvgSettings:
     or one per client)."""
 
     client_fraction: float = 0.1
-    """C: the fraction of the K clients sampled each round, max(1, floor(C·K)); in (0, 1]."""
+    """Fraction C of the K clients sampled each round, max(1, floor(C·K)); in (0, 1]."""
     round_deadline_s: float = 0.0
-    """Seconds after a round starts when the server stops waiting (0: no deadline)."""
+    """Seconds after a round starts when the server stops waiting (0: no deadline); virtual
+    seconds on the serial runtime, wall seconds on processes and ray."""
     late_policy: str = "drop"
-    """A Δ that misses the deadline is dropped (drop) or admitted in a later round with its
-    staleness (admit)."""
-    client_dropout: float | tuple[float, ...] = 0.0
+    """A Δ that misses the deadline is dropped (drop, counted) or admitted in a later round
+    with its staleness (admit: asynchronous FL)."""
+    client_dropout: float | tuple[float, ...] = field(default=0.0, metadata=_ONE_FOR_EVERY_CLIENT)
     """Probability that a sampled client drops out of its round (never starts)."""
-    client_availability: float | tuple[float, ...] = 1.0
+    client_availability: float | tuple[float, ...] = field(
+        default=1.0, metadata=_ONE_FOR_EVERY_CLIENT
+    )
     """Probability that a client can be sampled in a given round."""
     # Built by the assembly, not config fields of their own: the aggregation and DP-FedAvg
     # settings from their flat fields (aggregator..., dp_*; FedBuff takes the same
@@ -214,6 +231,68 @@ def config_fields(settings_class: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(settings_class) if not f.metadata.get(ASSEMBLED)]
 
 
+def config_type(settings_field: dataclasses.Field) -> Any:
+    """The type of a Settings field's config field (usually the field's own)."""
+    return settings_field.metadata.get(CONFIG_TYPE, settings_field.type)
+
+
+def field_docs(settings_class: type) -> dict[str, str]:
+    """A dataclass's field docstrings (the string under each field), read from its source,
+    each on one line (paragraphs kept): a built-in scheduler's flag takes its --help text
+    from here, so a knob is documented once, on its Settings. Empty where the source cannot
+    be read (a class made at run time)."""
+    docs: dict[str, str] = {}
+    for cls in reversed(settings_class.__mro__):  # a subclass's own docs win
+        class_def = _class_definition(cls) if dataclasses.is_dataclass(cls) else None
+        if class_def is not None:
+            docs.update(_docs_in(class_def))
+    return docs
+
+
+def _docs_in(class_def: ast.ClassDef) -> dict[str, str]:
+    docs = {}
+    for statement, following in itertools.pairwise(class_def.body):
+        if (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            paragraphs = inspect.cleandoc(following.value.value).split("\n\n")
+            docs[statement.target.id] = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    return docs
+
+
+def _class_definition(cls: type) -> ast.ClassDef | None:
+    """``cls``'s ``class`` statement. Its module is parsed once (TrainConfig reads three
+    classes of this one at import; ``inspect.getsource`` would parse it for each)."""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if path is None or "<locals>" in cls.__qualname__:  # made in a function: ask inspect
+        try:
+            node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        except (OSError, TypeError, SyntaxError):
+            return None
+        return node if isinstance(node, ast.ClassDef) else None
+    body = _module_body(path)
+    node = None
+    for name in cls.__qualname__.split("."):
+        node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        if node is None:
+            return None
+        body = node.body
+    return node
+
+
+@functools.cache
+def _module_body(path: str) -> list[ast.stmt]:
+    try:
+        with open(path, encoding="utf-8") as source:
+            return ast.parse(source.read()).body
+    except (OSError, SyntaxError, ValueError):  # no source beside a compiled module
+        return []
+
+
 def field_defaults(settings_class: type) -> dict[str, Any]:
     """A settings dataclass's config field names and their defaults, in order."""
     return {f.name: f.default for f in config_fields(settings_class)}
@@ -233,6 +312,7 @@ def settings_from_fields(name: str, values: Mapping[str, Any]) -> Any:
 __all__ = [
     "ASSEMBLED",
     "BUILT_IN_SETTINGS",
+    "CONFIG_TYPE",
     "ActorLearnerSettings",
     "AsyncSettings",
     "BoundedSettings",
@@ -240,7 +320,9 @@ __all__ = [
     "SyncSettings",
     "coerce_setting",
     "config_fields",
+    "config_type",
     "field_defaults",
+    "field_docs",
     "fold_scheduler_args",
     "settings_from_fields",
 ]

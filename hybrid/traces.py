@@ -22,14 +22,17 @@ or a CSV file with one row per availability interval (the speeds repeated on eac
 - ``compute_speed``: device speed relative to nominal (2 computes twice as fast; its inverse
   is the profile's slowness on the virtual clock);
 - ``uplink_mbps`` / ``downlink_mbps``: the client's links in Mbit/s;
-- ``available``: half-open intervals [start, end) of virtual seconds in which the client is
-  reachable, sorted, not overlapping, within [0, period_s) when a period is given;
+- ``available``: half-open intervals [start, end) of seconds since training started in which
+  the client is reachable (the virtual clock's on serial, the run's wall clock on processes
+  and ray), sorted, not overlapping, within [0, period_s) when a period is given;
 - ``period_s``: the intervals repeat with this period (86400: one day); 0: they do not, and a
   client is unreachable after its last interval.
 
 fedavg samples only clients available when a round starts and drops the Δ of a client whose
 interval ended before its upload finished (it went offline mid-round; counted as
-``trace_left``). ``diurnal_trace`` writes a synthetic trace in which clients are online in
+``trace_left``). On processes and ray a client's traced speed and links are emulated: the
+runtime holds its finished result until ``emulated_duration`` has passed since dispatch.
+``diurnal_trace`` writes a synthetic trace in which clients are online in
 one window a day around their local night, shifted by a seeded time zone.
 """
 
@@ -66,7 +69,7 @@ class Trace:
     period_s: float = 0.0
 
     def available(self, client: int, at_s: float) -> bool:
-        """Whether ``client`` is reachable at virtual second ``at_s``."""
+        """Whether ``client`` is reachable at second ``at_s`` of the run's clock."""
         return self.online_until(client, at_s) > at_s
 
     def online_until(self, client: int, at_s: float) -> float:
@@ -95,6 +98,17 @@ class Trace:
         base, t = at_s - at_s % self.period_s, at_s % self.period_s
         later = next((start for start, _ in intervals if start > t), None)
         return base + later if later is not None else base + self.period_s + intervals[0][0]
+
+
+def emulated_duration(
+    row: ClientTrace, compute_s: float, upload_nbytes: int, download_nbytes: int
+) -> tuple[float, float]:
+    """(total, upload) seconds of a client task on its traced device: θ's download on its
+    downlink, ``compute_s`` measured on this machine divided by its compute speed, the
+    payload's upload on its uplink. A real runtime holds the result until then."""
+    download = download_nbytes * 8 / (row.downlink_mbps * 1e6)
+    upload = upload_nbytes * 8 / (row.uplink_mbps * 1e6)
+    return download + compute_s / row.compute_speed + upload, upload
 
 
 def _check(trace: Trace, clients: int | None, where: str) -> Trace:
@@ -230,4 +244,11 @@ def write_trace(document: dict, path: str | Path) -> None:
     Path(path).write_text(f'{{"period_s": {document["period_s"]},\n "clients": [\n  {body}\n]}}\n')
 
 
-__all__ = ["ClientTrace", "Trace", "diurnal_trace", "load_trace", "write_trace"]
+__all__ = [
+    "ClientTrace",
+    "Trace",
+    "diurnal_trace",
+    "emulated_duration",
+    "load_trace",
+    "write_trace",
+]

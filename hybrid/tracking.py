@@ -19,7 +19,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,16 +33,16 @@ class TrackingSettings:
     total_env_steps: int
     label: str
     """The console's name of the run, e.g. ``async/CartPole-v1``."""
-    progress: bool = True
-    track: bool = False
+    progress: bool
+    track: bool
     """Log to wandb as well."""
-    wandb_project: str = "hybrid"
-    wandb_group: str = ""
-    wandb_job_type: str = ""
-    wandb_tags: tuple[str, ...] = ()
-    config: dict[str, Any] = field(default_factory=dict)
+    wandb_project: str
+    wandb_group: str
+    wandb_job_type: str
+    wandb_tags: tuple[str, ...]
+    config: dict[str, Any]
     """The whole config as plain data: what wandb records with the run."""
-    cluster_profile: str | None = None
+    cluster_profile: str | None
     """A measured profile the serial clock charged: copied into the run directory."""
 
 
@@ -423,8 +423,17 @@ class Tracker:
             + (f', "task": {json.dumps(update.task_settings)}' if update.task_settings else "")
             # a Byzantine edge client's update (its pool marks every update of such a run)
             + (', "byzantine": true' if update.stats.get("fed/byzantine") else "")
+            # seconds a real runtime held the result to emulate a traced client's device
+            + (f', "held": {_number(float(update.held_s))}' if update.held_s else "")
             + "}\n"
         )
+        self._rows["spans.jsonl"] += 1
+
+    def mixing(self, event: dict[str, Any]) -> None:
+        """Record one mix of a decentralized run's replicas (``hybrid.replicas.mixing_event``)
+        as a line of spans.jsonl beside the tasks, so it is flushed, checkpointed and cut on
+        resume with them; ``hybrid timeline`` draws it between the workers' rows."""
+        self._spans.write(json.dumps(finite_json(event), allow_nan=False) + "\n")
         self._rows["spans.jsonl"] += 1
 
     def offsets(self) -> dict[str, Any]:

@@ -261,13 +261,16 @@ def _check_checkpoint_fits(state: dict[str, Any], training: Training) -> None:
             )
 
 
-def learner_device(cfg: TrainConfig, info: EnvInfo, applies_alone: bool) -> torch.device:
+def learner_device(
+    cfg: TrainConfig, info: EnvInfo, applies_alone: bool, replicas: bool = False
+) -> torch.device:
     """Where θ, the server optimizer and the learner run (``--device``).
 
     ``auto`` is cuda when torch finds a GPU, except where θ must stay in CPU memory: where
     the runtime lets its workers step θ in shared memory (Hogwild!; the runtime says when:
     ``workers_write_params``, told whether the scheduler's updates apply alone), and for
-    multi-agent learners. There ``cuda`` is refused in one line.
+    multi-agent learners, and for a decentralized run's replicas (``replicas``) on processes,
+    rows of shared CPU memory. There ``cuda`` is refused in one line.
     """
     persistent_workers = cfg.clients is None  # edge clients come and go: never Hogwild!
     hogwild = workers_write_params(runtime_settings(cfg), applies_alone, persistent_workers)
@@ -276,6 +279,8 @@ def learner_device(cfg: TrainConfig, info: EnvInfo, applies_alone: bool) -> torc
         if hogwild
         else "multi-agent learners run on CPU"
         if info.multiagent
+        else "the replicas are rows of shared CPU memory on processes (use --runtime serial)"
+        if replicas and cfg.runtime == "processes"
         else ""
     )
     if why and cfg.device == "cuda":
@@ -517,7 +522,9 @@ def _train(
     try:
         torch.set_num_threads(cfg.torch_threads)
         scheduler = make_scheduler(scheduler_settings(cfg))
-        device = learner_device(cfg, info, scheduler.applies_alone)
+        device = learner_device(
+            cfg, info, scheduler.applies_alone, replicas=isinstance(scheduler, ReplicaScheduler)
+        )
         params = initial_params(cfg, info)
         global_model = build_global_model(
             server_settings(cfg), params, info.obs_stats_shape, device

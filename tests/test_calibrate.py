@@ -225,9 +225,18 @@ def test_sharing_fewer_cores_slows_the_virtual_clock(tiny_config, tmp_path, sche
     assert times[1] > 2.5 * times[0]
 
 
-def test_a_profiled_run_resumes_bit_exact(tiny_config, tmp_path):
-    path = write_profile(tmp_path / "machine.json", cores=2, receive_s=1e-4, apply_s=2e-4)
+# time slices shorter than a task (10 steps at 1e-4 s) and more workers than cores: every
+# part of the sliced cores' state (queue, slices left, first runs) is in the checkpoints
+SLICED = {"quantum_s": 4e-4, "growth_past_cores": ((2.0, 1.2),), "jitter_sigma": 0.3}
+
+
+@pytest.mark.parametrize("machine, workers", [({}, 3), (SLICED, 4)])
+def test_a_profiled_run_resumes_bit_exact(tiny_config, tmp_path, machine, workers):
+    path = write_profile(
+        tmp_path / "machine.json", cores=2, receive_s=1e-4, apply_s=2e-4, **machine
+    )
     cfg = tiny_config(
+        workers=workers,
         total_env_steps=1_500,
         checkpoint_every=15,
         keep_checkpoints=100,

@@ -28,8 +28,13 @@ ASSEMBLY = {
     "hybrid.trainer",  # train(): reads the run's own fields, builds through hybrid.assembly
     "hybrid.cli",
     "hybrid.flags",
-    "hybrid.sweep",
+    # hybrid sweep: its file, the runs it plans and checks, what it finds on disk, its command
+    "hybrid.sweep.spec",
+    "hybrid.sweep.planning",
+    "hybrid.sweep.state",
+    "hybrid.sweep.command",
     "hybrid.calibrate",  # a subcommand that builds its own configs
+    "hybrid.speedup",  # runs the clock on configs it builds from a profile
     "hybrid.reproduce.entries.a3c_speedup",  # hybrid reproduce: calibrates with its own config
     # A plug-in's registration is its part of the assembly: its check of the config and the
     # builder of its own settings (EnvFamily.settings, FinalEvaluation.settings).

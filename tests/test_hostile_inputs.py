@@ -434,8 +434,8 @@ def test_json_files_never_hold_nan_or_infinity(tmp_path):
         ({"runtime": "ray", "step_cost_s": 0.01}, "step_cost_s"),
         ({"runtime": "processes", "bandwidth_mbps": 5.0}, "bandwidth_mbps"),
         (
-            {"runtime": "processes", "scheduler": "fedavg", "clients": 10, "round_deadline_s": 1.0},
-            "round_deadline_s",
+            {"runtime": "processes", "scheduler": "fedavg", "clients": 10, "client_link_sigma": 1},
+            "client_link_sigma",
         ),
     ],
 )
@@ -452,6 +452,10 @@ def test_the_same_flags_where_they_apply_are_fine():
     TrainConfig(runtime="ray", ray_address="10.0.0.1:6379").validate()
     TrainConfig(cluster="stragglers", step_cost_s=0.01, bandwidth_mbps=5.0).validate()
     TrainConfig(scheduler="fedavg", clients=10, round_deadline_s=1.0).validate()
+    # a round deadline is wall time on a real runtime
+    for runtime in ("processes", "ray"):
+        cfg = TrainConfig(scheduler="fedavg", clients=10, round_deadline_s=1.0, runtime=runtime)
+        cfg.validate()
 
 
 @pytest.mark.parametrize("env", ["Pendulum-v1", "LunarLander-v3", "mpe2/simple_spread_v3"])

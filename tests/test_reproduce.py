@@ -40,12 +40,18 @@ def test_at_least_eight_entries_each_with_its_source_and_settings() -> None:
 
 def test_every_entry_builds_a_valid_config_for_every_arm() -> None:
     from hybrid import TrainConfig
+    from hybrid.config import check_flags_take_effect
 
     for entry in all_entries().values():
         for arm in entry.arms:
-            cfg = TrainConfig(**entry.run_config(arm, seed=0, budget_scale=0.01))
+            fields = entry.run_config(arm, seed=0, budget_scale=0.01)
+            cfg = TrainConfig(**fields)
             assert cfg.env_defaults is False  # the entry states its settings itself
             assert cfg.total_env_steps >= 1_000
+            # what `hybrid train` would refuse before training, refused here: bad values,
+            # and a setting the arm gives that takes no part in its run
+            cfg.validate()
+            check_flags_take_effect(cfg, set(fields))
 
 
 def test_published_numbers_are_the_sources() -> None:
@@ -221,3 +227,27 @@ def test_arm_labels_name_their_run_directories() -> None:
     from hybrid.reproduce.run import _slug
 
     assert _slug(Arm("fedbuff K=4").label) == "fedbuff-K-4"
+
+
+def test_a_run_that_fails_is_counted_and_nothing_is_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run without a result is not dropped: its arm says how many failed, and the verdict
+    says it is incomplete (the run could have gone either way)."""
+    import hybrid.reproduce.run as run
+
+    real_train_one = run.train_one
+
+    def second_seed_crashes(fields: dict) -> dict:
+        if fields["seed"] == 1:
+            raise RuntimeError("worker lost\nsecond line")
+        return real_train_one(fields)
+
+    monkeypatch.setattr(run, "train_one", second_seed_crashes)
+    messages: list[str] = []
+    entry = get_entry("rlzoo-a2c-cartpole")
+    report = reproduce(entry, (0, 1), tmp_path, jobs=1, budget_scale=0.002, say=messages.append)
+    assert [(a.n, a.failed) for a in report.arms] == [(1, 1)]
+    assert "incomplete (1 run failed)" in report.verdict
+    assert any("failed (RuntimeError: worker lost)" in m for m in messages)
+    assert "1 + 1 failed" in (tmp_path / "reproduce.md").read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ import hybrid
 from hybrid import calibrate
 from hybrid.cli import main as cli_main
 from hybrid.cluster_profile import ClusterProfile
-from hybrid.runtimes.virtual_cluster import SharedCores, _inverse_cdf
+from hybrid.errors import ConfigError
+from hybrid.runtimes.virtual_cluster import SharedCores, TimeSlicedCores, _inverse_cdf
 
 TASK_S = 10 * 1e-4  # tiny_config: 2 envs x 5 steps at hand_profile's 1e-4 s per step
 
@@ -187,27 +189,234 @@ def test_calibrate_fits_the_runtime_from_its_own_runs(tmp_path, capsys):
     assert list(profile.task_cost_quantiles) == sorted(profile.task_cost_quantiles)
     assert profile.read_delay_s >= 0 and profile.contention == 0.0  # one core: not measurable
     cells = {(r["scheduler"], r["workers"]) for r in profile.fit["residuals"]}
-    assert cells == {("sync", 1), ("async", 1)}
+    assert cells == {("sync", 1), ("async", 1), ("sync", 2), ("sync", 4)}
+    # past the one core: a point at 2 and 4 workers per core, the slope through them
+    assert [load for load, _ in profile.growth_past_cores] == [2.0, 4.0]
+    assert profile.growth_slope == calibrate.growth_slope(profile.growth_past_cores)
+    assert profile.quantum_s > 0 and "base slice" in profile.quantum_source
     detail = profile.measured_on["machine_detail"]
     assert detail["cores"] == 1 and detail["torch"] and detail["cpu_model"] is not None
     assert json.loads(path.read_text())["format"] == 2
 
 
-# --- benchmarks/speedup.py: the importable prediction -----------------------------------------
+# --- hybrid.speedup: the one speed-up predictor ---------------------------------------------
 
 
 def test_predicted_speedups_stay_within_the_cores(tmp_path):
     import importlib.util
     from pathlib import Path
 
+    from hybrid.speedup import predict_speedups
+
+    # a server that costs nothing: N workers on C cores can go at most min(N, C) times faster
+    profile = hand_profile(measured_on={"env": "CartPole-v1", "algo": "a2c"})
+    predicted = predict_speedups(profile, workers=(1, 2, 4), cores=2, steps=600)
+    assert predicted[1] == 1.0
+    assert 1.5 < predicted[2] <= 2.0 + 1e-9 and 1.5 < predicted[4] <= 2.0 + 1e-9
+
+    # the benchmark prints the package's predictor, not a copy of it
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "speedup.py"
     spec = importlib.util.spec_from_file_location("speedup_bench", script)
     assert spec is not None and spec.loader is not None
     speedup = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(speedup)
-    # a server that costs nothing: N workers on C cores can go at most min(N, C) times faster
-    profile = hand_profile(measured_on={"env": "CartPole-v1", "algo": "a2c"})
-    predicted = speedup.predict_speedups(profile, workers=(1, 2, 4), cores=2, steps=600)
-    assert predicted[1] == 1.0
-    assert 1.5 < predicted[2] <= 2.0 + 1e-9 and 1.5 < predicted[4] <= 2.0 + 1e-9
+    assert speedup.predict_speedups is predict_speedups
     assert "12.5×" in speedup.table({16: 11.0}, 16)
+
+
+# --- time slices: the kernel's round-robin instead of processor sharing ---------------------
+
+
+def _run_to_empty(cores):
+    """Every (end, job) until nothing is left, slices handed on as they run out."""
+    ends = []
+    while True:
+        events = [t for t in (cores.next_finish(), cores.next_change()) if t is not None]
+        if not events:
+            return ends
+        finish = cores.next_finish()
+        change = cores.next_change()
+        if finish is not None and (change is None or finish[0] <= change):
+            cores.advance(finish[0])
+            cores.finish(finish[1])
+            ends.append((pytest.approx(finish[0]), finish[1]))
+        else:
+            cores.advance(change)
+
+
+@pytest.mark.parametrize("jobs, cores_n", [(5, 2), (4, 2), (3, 1), (8, 4)])
+def test_tasks_within_a_slice_run_whole_in_waves_of_the_core_count(jobs, cores_n):
+    # N tasks of cost c <= q on C cores, first come first served: the k-th ends at
+    # ceil((k + 1) / C) * c
+    cost = 1.0
+    cores = TimeSlicedCores(cores_n, quantum=1.5)
+    for job in range(jobs):
+        cores.start(job, cost)
+    ends = _run_to_empty(cores)
+    assert ends == [(math.ceil((k + 1) / cores_n) * cost, k) for k in range(jobs)]
+
+
+def test_tasks_longer_than_a_slice_take_turns():
+    # one core, q = 1: job 0 (3 q) and job 1 (3 q) alternate a slice at a time, so job 0
+    # ends at 5 q and job 1 at 6 q (processor sharing would end both at 6 q)
+    cores = TimeSlicedCores(1, quantum=1.0)
+    cores.start(0, 3.0)
+    cores.start(1, 3.0)
+    assert _run_to_empty(cores) == [(5.0, 0), (6.0, 1)]
+    # a short job arriving mid-slice waits for the slice to run out, then runs whole
+    cores = TimeSlicedCores(1, quantum=1.0)
+    cores.start(0, 3.0)
+    cores.advance(0.5)
+    cores.start(1, 0.25)
+    assert _run_to_empty(cores) == [(1.25, 1), (3.25, 0)]
+
+
+def test_a_lone_job_keeps_its_core_slice_after_slice():
+    cores = TimeSlicedCores(1, quantum=1.0)
+    cores.start(0, 3.5)
+    assert cores.next_change() is None  # nobody waits: no turn to hand on
+    assert _run_to_empty(cores) == [(3.5, 0)]
+
+
+def test_the_main_process_takes_a_core_from_the_job_that_got_one_last():
+    # two cores busy until 1.0; the server's 0.25 s at 0.5 pauses job 1, which resumes with
+    # what was left of its slice when the server is done
+    cores = TimeSlicedCores(2, quantum=2.0, favored=-1)
+    cores.start(0, 1.0)
+    cores.start(1, 1.0)
+    cores.advance(0.5)
+    cores.start(-1, 0.25)
+    assert _run_to_empty(cores) == [(0.75, -1), (1.0, 0), (1.25, 1)]
+
+
+def test_a_job_waiting_its_turn_is_started_when_it_first_runs():
+    cores = TimeSlicedCores(1, quantum=2.0)
+    cores.start(0, 1.0)
+    cores.start(1, 1.0)
+    assert cores.first_ran(0) == 0.0 and cores.first_ran(1) is None
+    cores.advance(1.0)
+    cores.finish(0)
+    assert cores.first_ran(1) == 1.0
+
+
+def test_a_worker_running_ahead_keeps_its_core_for_the_rest_of_its_slice():
+    # one core, q = 1: job 0 (a Hogwild! worker) ends tasks of 0.4 at 0.4 and 0.8 and goes
+    # straight on; job 1 waits for job 0's slice to run out at 1.0, runs 1.0-1.4, and job
+    # 0's third task (0.2 done) ends at 1.6
+    cores = TimeSlicedCores(1, quantum=1.0)
+    cores.start(0, 0.4)
+    cores.start(1, 0.4)
+    ends = []
+    for _ in range(2):
+        end, job = cores.next_finish()
+        cores.advance(end)
+        cores.restart(job)
+        assert cores.first_ran(job) == pytest.approx(end)  # its next task starts at once
+        cores.set_work(job, 0.4)
+        ends.append((pytest.approx(end), job))
+    assert ends + _run_to_empty(cores) == [(0.4, 0), (0.8, 0), (1.4, 1), (1.6, 0)]
+
+
+def test_time_sliced_cores_resume_from_their_state():
+    cores = TimeSlicedCores(1, quantum=1.0, favored=-1)
+    for job in range(3):
+        cores.start(job, 2.5)
+    cores.advance(1.0)
+    cores.advance(1.5)  # job 1 half through its slice
+    copy = TimeSlicedCores(1, quantum=1.0, favored=-1)
+    copy.load_state_dict(json.loads(json.dumps(cores.state_dict())))
+    assert _run_to_empty(copy) == _run_to_empty(cores)
+
+
+def test_sync_workers_past_the_core_count_start_in_waves(tiny_config):
+    # four equal tasks on two cores, slices longer than a task: two at a time; a waiting
+    # task's span starts when it first runs, as a real worker's does
+    profile = hand_profile(cores=2, quantum_s=10 * TASK_S)
+    runtime, model = _runtime(tiny_config, profile, workers=4)
+    try:
+        snapshot = model.snapshot()
+        for worker in range(4):
+            runtime.dispatch(worker, snapshot)
+        updates = [runtime.next_update() for _ in range(4)]
+        assert [u.finished_s for u in updates] == pytest.approx([TASK_S] * 2 + [2 * TASK_S] * 2)
+        assert [u.started_s for u in updates] == pytest.approx([0.0] * 2 + [TASK_S] * 2)
+        assert [u.cost_s for u in updates] == pytest.approx([TASK_S] * 4)
+    finally:
+        runtime.close()
+
+
+# --- cost growth past the core count --------------------------------------------------------
+
+
+def test_cost_growth_interpolates_the_measured_points():
+    profile = hand_profile(
+        cores=2, contention=0.2, growth_past_cores=((2.0, 1.3), (4.0, 1.9)), growth_slope=0.25
+    )
+    at_cores = 1 + 0.2 * (2 - 1) / 2
+    assert profile.cost_growth(1) == 1.0
+    assert profile.cost_growth(2) == pytest.approx(at_cores)
+    assert profile.cost_growth(3) == pytest.approx(at_cores * 1.15)  # halfway to (2, 1.3)
+    assert profile.cost_growth(4) == pytest.approx(at_cores * 1.3)
+    assert profile.cost_growth(6) == pytest.approx(at_cores * 1.6)
+    assert profile.cost_growth(12) == pytest.approx(at_cores * (1.9 + 0.25 * 2))
+    assert hand_profile(cores=2).cost_growth(8) == 1.0  # no points: as before
+
+
+def test_a_task_at_twice_the_core_count_costs_the_fitted_point(tiny_config):
+    profile = hand_profile(cores=2, quantum_s=10 * TASK_S, growth_past_cores=((2.0, 1.3),))
+    runtime, model = _runtime(tiny_config, profile, workers=4)
+    try:
+        snapshot = model.snapshot()
+        for worker in range(4):
+            runtime.dispatch(worker, snapshot)
+        updates = [runtime.next_update() for _ in range(4)]
+        assert [u.cost_s for u in updates] == pytest.approx([1.3 * TASK_S] * 4)
+    finally:
+        runtime.close()
+
+
+def test_a_profile_without_the_new_fields_keeps_its_digest(tmp_path):
+    profile = hand_profile(cores=2)
+    assert not set(profile.to_dict()) & {"quantum_s", "growth_past_cores", "growth_slope"}
+    sliced = hand_profile(cores=2, quantum_s=0.004, growth_past_cores=((2.0, 1.1),))
+    path = tmp_path / "sliced.json"
+    sliced.save(path)
+    assert ClusterProfile.load(path) == sliced
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("growth_past_cores", [[0.5, 1.2]], "growth_past_cores must be"),
+        ("growth_past_cores", [[2, 1.2], [2, 1.3]], "increasing"),
+        ("quantum_s", -1, "quantum_s must be in"),
+        ("quantum_source", 5, "quantum_source must be a string"),
+    ],
+)
+def test_bad_time_slice_or_growth_fields_are_one_line_errors(field, value, message):
+    values = hand_profile().to_dict() | {field: value}
+    with pytest.raises(ConfigError, match=message) as caught:
+        ClusterProfile.from_dict(values)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_growth_slope_is_the_least_squares_line_through_one():
+    # y - 1 = s (x - 1): points (2, 1.2) and (3, 1.4) lie on s = 0.2
+    assert calibrate.growth_slope([(2.0, 1.2), (3.0, 1.4)]) == pytest.approx(0.2)
+    # (2, 1.1), (4, 1.9): s = (1 * 0.1 + 3 * 0.9) / (1 + 9) = 0.28
+    assert calibrate.growth_slope([(2.0, 1.1), (4.0, 1.9)]) == pytest.approx(0.28)
+    assert calibrate.growth_slope([(2.0, 0.9)]) == 0.0  # a faster task is noise, not growth
+
+
+def test_the_kernel_quantum_is_its_base_slice_and_half_a_tick(monkeypatch, tmp_path):
+    slice_file = tmp_path / "base_slice_ns"
+    slice_file.write_text("3000000\n")
+    monkeypatch.setattr(calibrate, "SLICE_FILES", (str(tmp_path / "missing"), str(slice_file)))
+    monkeypatch.setattr(calibrate, "_kernel_hz", lambda: (250, "test"))
+    quantum, source = calibrate.kernel_quantum()
+    assert quantum == pytest.approx(3e-3 + 2e-3) and str(slice_file) in source
+    # nothing readable: the kernel's default for this many CPUs, said so
+    monkeypatch.setattr(calibrate, "SLICE_FILES", (str(tmp_path / "missing"),))
+    monkeypatch.setattr(calibrate.os, "cpu_count", lambda: 2)
+    quantum, source = calibrate.kernel_quantum()
+    assert quantum == pytest.approx(0.75e-3 * 2 + 2e-3) and "default" in source

@@ -181,7 +181,10 @@ def _frame_rows(path: Path, kind: str) -> list[dict[str, Any]] | None:
         return read_jsonl(metrics, None if kind == "metrics" else (kind,))[0]
     if kind == "spans":
         spans = path / "spans.jsonl"
-        return read_jsonl(spans)[0] if spans.is_file() else None
+        if not spans.is_file():
+            return None
+        # the tasks; a decentralized run's mix lines are the timeline's (hybrid.timeline)
+        return [row for row in read_jsonl(spans)[0] if "mix" not in row]
     if kind == "summary":
         summary = _read_json(path / "summary.json")
         return [summary] if isinstance(summary, dict) else None

@@ -22,19 +22,20 @@ class ServerSettings:
 
     ``target_every`` is not a server choice: the assembly sets it when the algorithm
     bootstraps from a target network (n-step Q), else 0. ``normalize_obs``: keep the global
-    observation statistics."""
+    observation statistics. No field has a default: each is the config field of the same
+    name, whose default is the one."""
 
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    lr_schedule: str = "constant"
-    max_grad_norm: float = 0.5
-    adam_eps: float = 1e-5
-    rmsprop_alpha: float = 0.99
-    server_momentum: float = 0.0
-    server_beta1: float = 0.9
-    server_beta2: float = 0.99
-    normalize_obs: bool = False
-    target_every: int = 0
+    optimizer: str
+    lr: float
+    lr_schedule: str
+    max_grad_norm: float
+    adam_eps: float
+    rmsprop_alpha: float
+    server_momentum: float
+    server_beta1: float
+    server_beta2: float
+    normalize_obs: bool
+    target_every: int
 
 
 class GlobalModel:

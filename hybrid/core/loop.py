@@ -29,9 +29,9 @@ from hybrid.core.scheduler_checks import check_ready, check_verdict
 from hybrid.errors import ConfigError
 from hybrid.evaluation import Evaluator
 from hybrid.protocol import Payload, Snapshot, Task, Update
-from hybrid.replicas import ReplicaApplier
+from hybrid.replicas import ReplicaApplier, mixing_event
 from hybrid.runtimes import Runtime
-from hybrid.schedulers import Guarded, ReplicaScheduler, Scheduler, Verdict
+from hybrid.schedulers import Guarded, MixingStep, ReplicaScheduler, Scheduler, Verdict
 from hybrid.tracking import Tracker
 
 
@@ -212,9 +212,14 @@ class Training:
         self.learner = learner
         self.runtime = runtime
         # Who writes θ is the runtime's choice (Hogwild!: its workers); a decentralized
-        # scheduler's workers each step a replica of their own.
+        # scheduler's workers each step a replica of their own: in shared memory where the
+        # runtime's workers share them (processes); on ray the actors hold them and the
+        # runtime supplies the applier.
         self.applier: Applier = (
-            ReplicaApplier(global_model, scheduler.workers)
+            runtime.replica_applier(global_model, scheduler.push_sum)
+            or ReplicaApplier(
+                global_model, scheduler.workers, runtime.replica_exchange(), scheduler.pair_lock
+            )
             if isinstance(scheduler, ReplicaScheduler)
             else runtime.applier
         )
@@ -255,6 +260,8 @@ class Training:
     def evaluate(self) -> float:
         st = self.state
         started = time.perf_counter()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.gather(self.global_model)  # θ̄, where the replicas live elsewhere
         returns = self.evaluator.evaluate(self.global_model.params)
         mean = float(returns.mean())
         st.last_eval = (st.stats.env_steps, mean)
@@ -275,7 +282,7 @@ class Training:
         global_model, scheduler, runtime = self.global_model, self.scheduler, self.runtime
         while stats.env_steps < settings.total_env_steps:
             if self.stop_signal is not None:
-                runtime.settle()
+                self.settle()
                 raise Interrupted(self.stop_signal, self.checkpoint())
             idle = runtime.idle_workers()
             starting = scheduler.ready(idle, global_model.version)
@@ -299,22 +306,31 @@ class Training:
                             runtime.dispatch(worker_ids[0], group_snapshot)
                     stats.bytes_down += len(ids) * snapshot.params.numel() * 4
             update = runtime.next_update()
-            if st.task_settings:
-                update.task_settings = st.task_settings.pop(update.worker_id, None)
-            global_model.observe(update)  # e.g. observation statistics, whatever the verdict
-            rejection = self.receiver.receive(update)
-            if rejection is None:
-                # what τ would be if it were applied now: the scheduler's admission input
-                verdict = scheduler.admit(update, staleness(update, global_model.version))
-                check_verdict(scheduler, verdict)
-                st.nonfinite_streak = 0
+            if update.overdue:
+                # A real runtime stopped waiting at the task's deadline while the worker
+                # computes on: the scheduler learns the task is late (cost_s > deadline_s) as
+                # on the virtual clock and closes its round without it. Nothing arrived, so
+                # nothing is checked or counted; the result, when it comes, is an update.
+                check_verdict(
+                    scheduler, scheduler.admit(update, staleness(update, global_model.version))
+                )
             else:
-                stats.rejected[rejection] += 1
-                verdict = scheduler.reject(update)
-                st.nonfinite_streak += rejection == "nonfinite"
-            stats.record(update, verdict)
-            if verdict is Verdict.DROP:
-                self.tracker.span(update, None, verdict)
+                if st.task_settings:
+                    update.task_settings = st.task_settings.pop(update.worker_id, None)
+                global_model.observe(update)  # e.g. observation statistics, whatever the verdict
+                rejection = self.receiver.receive(update)
+                if rejection is None:
+                    # what τ would be if it were applied now: the scheduler's admission input
+                    verdict = scheduler.admit(update, staleness(update, global_model.version))
+                    check_verdict(scheduler, verdict)
+                    st.nonfinite_streak = 0
+                else:
+                    stats.rejected[rejection] += 1
+                    verdict = scheduler.reject(update)
+                    st.nonfinite_streak += rejection == "nonfinite"
+                stats.record(update, verdict)
+                if verdict is Verdict.DROP:
+                    self.tracker.span(update, None, verdict)
             if scheduler.full() and (step := scheduler.combine()) is not None:
                 for applied in step.updates:  # τ is measured when an update is applied
                     tau = staleness(applied, global_model.version)
@@ -325,6 +341,8 @@ class Training:
                     stats.window_grad_norms.append(
                         self.applier.apply(global_model, direction, progress)
                     )
+                if isinstance(step, MixingStep) and isinstance(self.applier, ReplicaApplier):
+                    self.record_mix(step)
                 self.check_finite(applied=True)
             elif st.nonfinite_streak:
                 self.check_finite(applied=False)
@@ -353,13 +371,31 @@ class Training:
                 self.checkpoint()
 
         train_wall_s = self.train_s()
-        runtime.settle()  # from here on, the global model is what the summary describes
+        self.settle()  # from here on, the global model is what the summary describes
         if st.last_eval is None or st.last_eval[0] != stats.env_steps:
             self.evaluate()
         assert st.last_eval is not None
         if settings.checkpoint_every:
             self.checkpoint()
         return self.summary(train_wall_s)
+
+    def settle(self) -> None:
+        """The runtime settles; a decentralized run's global model is then the average of
+        the replicas as its workers left them."""
+        self.runtime.settle()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.refresh(self.global_model)
+
+    def record_mix(self, step: MixingStep) -> None:
+        """One line of the exchanges' timeline, at the arrival of the step's last update."""
+        if step.mixing is None:
+            return
+        assert isinstance(self.applier, ReplicaApplier)
+        when = max((float(u.finished_s) for u in step.updates), default=None)
+        if when is None:
+            virtual = self.runtime.virtual_time()
+            when = virtual if virtual is not None else self.train_s()
+        self.tracker.mixing(mixing_event(step, self.applier.mixes, when))
 
     def task_groups(
         self, starting: Sequence[int | tuple[int, Mapping[str, Any]]], snapshot: Snapshot
@@ -408,7 +444,10 @@ class Training:
                     f"{self.scheduler_name()}.ready: {name}={value!r} is not a "
                     f"{type(default).__name__}"
                 )
-        return dataclasses.replace(task, **task_settings) if task_settings else task
+        try:
+            return dataclasses.replace(task, **task_settings) if task_settings else task
+        except ValueError as exc:  # a value the task refuses (rollout_steps=-1)
+            raise ValueError(f"{self.scheduler_name()}.ready: {exc}") from None
 
     def check_finite(self, applied: bool) -> None:
         """Stop a diverged run before it writes a checkpoint of garbage."""
@@ -488,6 +527,8 @@ class Training:
     def checkpoint(self) -> Path:
         """Write everything a resume needs, atomically; returns the file."""
         started = time.perf_counter()
+        if isinstance(self.applier, ReplicaApplier):
+            self.applier.gather(self.global_model)  # θ̄ and every replica, wherever they live
         state = {
             "format": 1,
             "config": self.settings.config,  # a resume checks config.json against it

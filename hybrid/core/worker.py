@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from hybrid.protocol import (
     ComputeGradient,
     Payload,
     Snapshot,
+    Task,
     TrainLocally,
     Update,
 )
@@ -49,23 +50,24 @@ def build_model(settings: AlgoSettings, info: EnvInfo, worker_id: int = -1) -> t
 @dataclass(frozen=True)
 class WorkerSettings:
     """What a worker is built from (the assembly fills it from the config). Picklable: the
-    parallel runtimes send it to their worker processes and actors."""
+    parallel runtimes send it to their worker processes and actors. No field has a default:
+    each comes from the config, whose defaults are the ones."""
 
     algo: AlgoSettings
     env: str
     envs_per_worker: int
     rollout_steps: int
     seed: int
-    envs: EnvSettings = field(default_factory=EnvSettings)
-    normalization: NormalizationSettings = field(default_factory=NormalizationSettings)
-    codec: str = "none"
-    topk_ratio: float = 0.01
-    error_feedback: bool = True
-    clients: ClientSettings | None = None
+    envs: EnvSettings
+    normalization: NormalizationSettings
+    codec: str
+    topk_ratio: float
+    error_feedback: bool
+    clients: ClientSettings | None
     """Set when workers run env variants (``client_dynamics``): each id gets its profile's."""
-    local_max_grad_norm: float = 0.5
+    local_max_grad_norm: float
     """A federated client's clip of each local loss gradient (the run's max_grad_norm)."""
-    local_rmsprop_alpha: float = 0.99
+    local_rmsprop_alpha: float
 
 
 class Worker:
@@ -150,7 +152,7 @@ class Worker:
         acting = isinstance(snapshot.task, CollectExperience)
         rollout = self.runner.collect(
             self.model,
-            self.settings.rollout_steps,
+            rollout_steps(snapshot.task, self.settings),
             self.generator,
             record_logp=acting and self.algorithm.records_behaviour_logp,
         )
@@ -241,10 +243,11 @@ class Worker:
             chunks = snapshot.params.split([p.numel() for p in params])
             anchor = [a.view_as(p) for a, p in zip(chunks, params, strict=True)]
         max_norm = settings.local_max_grad_norm
+        steps = rollout_steps(task, settings)
         env_steps, returns, lengths = 0, [], []
         totals: dict[str, float] = {}
         for _ in range(task.steps):
-            rollout = self.runner.collect(self.model, settings.rollout_steps, self.generator)
+            rollout = self.runner.collect(self.model, steps, self.generator)
             self.flat.zero_grad()
             loss, stats = self.loss_fn(self.model, rollout)
             loss.backward()
@@ -348,9 +351,26 @@ class Worker:
         self.runner.close()
 
 
+def rollout_steps(task: Task, settings: WorkerSettings) -> int:
+    """The rollout length of ``task``: the one its scheduler set (``ready``'s per-task
+    ``rollout_steps``), else the run's. A learner batches trajectories of one length, so
+    ``CollectExperience`` has none of its own."""
+    own = task.rollout_steps if isinstance(task, (ComputeGradient, TrainLocally)) else 0
+    ppo = settings.algo.ppo if isinstance(task, ComputeGradient) else None  # PPO's epochs
+    if own and ppo is not None and own * settings.envs_per_worker < ppo.minibatches:
+        # The run's own length was checked against --ppo-minibatches when it was configured.
+        raise ValueError(
+            f"rollout_steps={own}: {own * settings.envs_per_worker} samples per task, fewer "
+            f"than --ppo-minibatches {ppo.minibatches}; a minibatch would be empty"
+        )
+    return own or settings.rollout_steps
+
+
 def groups_gradients(workers: list[Worker], snapshot: Snapshot) -> bool:
     """Whether ``run_group`` computes these workers' tasks together: A2C gradients of a
-    discrete-action MLP, each worker with its own single-agent envs."""
+    discrete-action MLP, each worker with its own single-agent envs. A group shares one
+    snapshot, so one task and one rollout length; the loop gives tasks that a scheduler set
+    differently (``ready``'s per-task settings) groups of their own."""
     if len(workers) < 2 or not isinstance(snapshot.task, ComputeGradient):
         return False
     return _plain_a2c(workers)
@@ -395,7 +415,7 @@ def run_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
     for worker in workers:
         if snapshot.extras:
             worker.load_extras(snapshot.extras)
-    model, steps = lead.model, lead.settings.rollout_steps
+    model, steps = lead.model, rollout_steps(snapshot.task, lead.settings)
     collections = [w.runner.start_collection(steps) for w in workers]
     generators = [w.generator for w in workers]
     sizes = [w.runner.num_envs for w in workers]
@@ -445,7 +465,7 @@ def run_local_group(workers: list[Worker], snapshot: Snapshot) -> list[Update]:
     for worker in workers:
         if snapshot.extras:
             worker.load_extras(snapshot.extras)
-    K, E, steps = len(workers), lead.runner.num_envs, settings.rollout_steps
+    K, E, steps = len(workers), lead.runner.num_envs, rollout_steps(task, settings)
     theta = snapshot.params.repeat(K, 1)  # row k: client k's parameters
     optimizer = make_optimizer(
         task.optimizer, [theta], task.lr, LOCAL_ADAM_EPS, settings.local_rmsprop_alpha

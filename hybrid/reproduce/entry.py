@@ -49,6 +49,10 @@ class Arm:
 
     label: str
     config: Mapping[str, Any] = field(default_factory=dict)
+    series: str = ""
+    """A speedup entry's row this arm belongs to. Each series is a speedup over its own first
+    arm; the first series is judged against the published row, the others are printed
+    beside it (A3C's real runs beside the clock's prediction)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ class ArmStats:
     values: tuple[float, ...]
     solved: int | None
     """Runs that reached the env's reward threshold (None: the env has none)."""
+    failed: int = 0
+    """Runs that ended without a result (an error, a crash): counted, never dropped."""
 
     @property
     def n(self) -> int:
@@ -179,6 +185,7 @@ class ArmStats:
 # --- verdicts ----------------------------------------------------------------------------------
 
 NOT_COMPARABLE = "not comparable"
+INCOMPLETE = "incomplete"
 
 
 def verdict(entry: Entry, arms: Sequence[ArmStats], budget_scale: float) -> str:
@@ -189,6 +196,9 @@ def verdict(entry: Entry, arms: Sequence[ArmStats], budget_scale: float) -> str:
     at the budget that ran.
     """
     judged = _judge(entry, arms)
+    failed = sum(arm.failed for arm in arms)
+    if failed:  # a run without a result could have gone either way: nothing is judged
+        judged = f"{INCOMPLETE} ({failed} run{'s' * (failed > 1)} failed); without them: {judged}"
     if budget_scale < 1.0:
         return f"{NOT_COMPARABLE} (budget ×{budget_scale:g}); at this budget: {judged}"
     return judged
@@ -201,7 +211,7 @@ def _judge(entry: Entry, arms: Sequence[ArmStats]) -> str:
         return direction_verdict(arms[0], arms[1])
     if entry.kind == "time_ratio":
         return time_ratio_verdict(arms[0], arms[1], entry.published)
-    return speedup_verdict(arms, entry.published)
+    return speedup_verdict(series(entry, arms)[entry.arms[0].series], entry.published)
 
 
 def return_verdict(published: Published, hybrid: ArmStats) -> str:
@@ -271,6 +281,14 @@ def speedups(arms: Sequence[ArmStats]) -> list[float]:
     """Each arm's mean throughput over the first arm's (one worker)."""
     base = arms[0].mean
     return [a.mean / base if base > 0 else float("nan") for a in arms]
+
+
+def series(entry: Entry, arms: Sequence[ArmStats]) -> dict[str, list[ArmStats]]:
+    """``arms`` (one per arm of ``entry``, in order) grouped by their arm's series, in order."""
+    grouped: dict[str, list[ArmStats]] = {}
+    for arm, stats in zip(entry.arms, arms, strict=True):
+        grouped.setdefault(arm.series, []).append(stats)
+    return grouped
 
 
 def speedup_verdict(arms: Sequence[ArmStats], published: Published) -> str:

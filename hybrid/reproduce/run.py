@@ -23,6 +23,7 @@ from hybrid.reproduce.entry import (
     ArmStats,
     Entry,
     scaled_budget,
+    series,
     speedups,
     time_ratio,
     verdict,
@@ -89,7 +90,13 @@ def execute(
         for run in pending:
             done += 1
             started = time.perf_counter()
-            summaries[run.run_dir] = train_one(run.config)
+            try:
+                summaries[run.run_dir] = train_one(run.config)
+            except Exception as exc:  # counted as failed, as a crashed subprocess is below
+                first_line = (str(exc).splitlines() or [""])[0]
+                why = f"{type(exc).__name__}: {first_line}"
+                say(f"[{done}/{len(runs)}] {run.arm} seed {run.seed}: failed ({why})")
+                continue
             _report(say, done, len(runs), run, summaries[run.run_dir], started)
         return summaries
     running: dict[subprocess.Popen[bytes], tuple[PlannedRun, float]] = {}
@@ -189,7 +196,8 @@ def reproduce(
     summaries = execute(runs, jobs, say)
     arms = []
     for arm in entry.arms:
-        mine = [summaries[r.run_dir] for r in runs if r.arm == arm.label and r.run_dir in summaries]
+        planned = [r for r in runs if r.arm == arm.label]
+        mine = [summaries[r.run_dir] for r in planned if r.run_dir in summaries]
         arms.append(
             ArmStats(
                 arm.label,
@@ -198,6 +206,7 @@ def reproduce(
                 if entry.kind != "speedup"
                 and any(s.get("reward_threshold") is not None for s in mine)
                 else None,
+                failed=len(planned) - len(mine),
             )
         )
     report = Report(
@@ -248,7 +257,7 @@ def rows(report: Report) -> list[tuple[str, ...]]:
                 arm.label,
                 entry.env_id if i == 0 else "",
                 f"{report.env_steps:,} ({entry.budget:,})" if i == 0 else "",
-                str(arm.n),
+                f"{arm.n} + {arm.failed} failed" if arm.failed else str(arm.n),
                 entry.metric_name,
                 _number(arm.iqm),
                 f"{_number(arm.mean)} ± {_number(arm.std)}",
@@ -268,8 +277,11 @@ def _comparison(report: Report) -> str:
     """The figure a comparison entry compares with its source: a ratio, a speedup row."""
     entry, arms = report.entry, report.arms
     if entry.kind == "speedup":
-        measured = " / ".join(f"{s:.1f}" for s in speedups(arms))
-        return f"hybrid speedup {measured}"
+        rows = []
+        for name, members in series(entry, arms).items():
+            measured = " / ".join(f"{s:.1f}" for s in speedups(members))
+            rows.append(f"{name or 'hybrid'} speedup {measured}")
+        return "; ".join(rows)
     if entry.kind == "time_ratio":
         ratio = time_ratio(arms[0], arms[1])
         return f"hybrid ratio {arms[0].label}/{arms[1].label}: {_number(ratio)}"
@@ -365,5 +377,8 @@ def _as_json(report: Report) -> dict[str, Any]:
         "env_steps": report.env_steps,
         "wall_s": report.wall_s,
         "verdict": report.verdict,
-        "arms": {a.label: {"values": list(a.values), "solved": a.solved} for a in report.arms},
+        "arms": {
+            a.label: {"values": list(a.values), "solved": a.solved, "failed": a.failed}
+            for a in report.arms
+        },
     }

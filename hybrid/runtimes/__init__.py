@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from hybrid.envs import EnvInfo
     from hybrid.runtimes.pool import WorkerPool
     from hybrid.runtimes.settings import RuntimeSettings
+    from hybrid.runtimes.shared_replicas import ReplicaExchange
 
 
 class Runtime(Protocol):
@@ -56,6 +57,18 @@ class Runtime(Protocol):
         hash and validation errors)."""
         ...
 
+    def replica_exchange(self) -> ReplicaExchange | None:
+        """Where a decentralized run's replicas live when the workers share them (processes:
+        rows of shared memory, and AD-PSGD's pair mixes run in the workers); None: the loop
+        keeps them in its own memory and each task carries its replica."""
+        ...
+
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> Applier | None:
+        """A decentralized run's applier when this runtime's workers hold the replicas
+        themselves (the ray actors); None: the loop holds them (``ReplicaApplier``).
+        ``push_sum``: the scheduler's steps keep push-sum weights or delays."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
@@ -76,6 +89,13 @@ class RuntimeDefaults:
 
     def summary_fields(self) -> dict[str, Any]:
         return {}
+
+    def replica_exchange(self) -> ReplicaExchange | None:
+        return None
+
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> Applier | None:
+        del model, push_sum
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -118,9 +138,12 @@ def _serial(
     cluster = settings.clock.cluster
     if not is_profile_path(cluster):
         return SerialRuntime(settings, info, pool)
-    from hybrid.runtimes.virtual_cluster import ProfiledSerialRuntime
+    from hybrid.runtimes.pool import EdgeClients
+    from hybrid.runtimes.virtual_cluster import ProfiledClientsRuntime, ProfiledSerialRuntime
 
     profile = ClusterProfile.load(cluster)
+    if isinstance(pool, EdgeClients):  # clients take turns on the workers: no Hogwild!
+        return ProfiledClientsRuntime(settings, info, pool, profile, lambda: model.version)
     return ProfiledSerialRuntime(
         settings, info, pool, profile, lambda: model.version, applies_alone
     )

@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import heapq
 import logging
+import math
 import pickle
 import warnings
 from dataclasses import dataclass
@@ -22,9 +23,10 @@ import torch
 
 from hybrid.cluster_profile import physical_cores
 from hybrid.core.worker import Worker
-from hybrid.protocol import Snapshot, Update
+from hybrid.protocol import CollectExperience, Payload, Snapshot, TrainLocally, Update
 from hybrid.runtimes import RuntimeDefaults
 from hybrid.seeding import FAULTS, stream
+from hybrid.traces import Trace, emulated_duration, load_trace
 
 if TYPE_CHECKING:
     from hybrid.runtimes.pool import WorkerPool
@@ -180,6 +182,29 @@ def _map(obj: Any, kind: type, fn: Any) -> Any:
 # --- supervision: what processes and ray share -------------------------------------------------
 
 
+@dataclass
+class Outstanding:
+    """A dispatched task with a deadline or a traced client, as the server times it: from
+    its dispatch (an edge client's wait for a free executor included), on the runtime's clock."""
+
+    dispatched_at: float
+    deadline_s: float
+    deadline_at: float
+    """When the server stops waiting (inf: no deadline, or already told)."""
+    told_late: bool
+    base_version: int
+    kind: Payload
+    download_nbytes: int
+
+
+def _payload_kind(snapshot: Snapshot) -> Payload:
+    if isinstance(snapshot.task, TrainLocally):
+        return Payload.DELTA
+    if isinstance(snapshot.task, CollectExperience):
+        return Payload.TRAJECTORY
+    return Payload.GRADIENT
+
+
 @dataclass(eq=False)  # identity: one executor
 class Executor:
     """One worker process or actor as the main process sees it, across its incarnations: a
@@ -206,7 +231,8 @@ class Supervisor(RuntimeDefaults, abc.ABC):
 
     - ``_spawn(e)``: start executor ``e``'s current incarnation (it reports ready later);
     - ``_send(e)``: send ``e.task`` (or hold it until ``e`` is ready);
-    - ``_poll()``: wait for events, hand each result to ``_deliver``, return those that failed;
+    - ``_poll(timeout)``: wait for events (at most ``timeout`` s), hand each result to
+      ``_deliver``, return those that failed;
     - ``_stop(e)``, ``_kill(e)``, ``_await_startup()``, ``close()``;
     - ``_prepare(snapshot)`` (at dispatch) and ``_task_for(prepared, client)`` (when an
       executor takes it): the task as it travels; ``_free(e)``: ready for a task;
@@ -233,6 +259,14 @@ class Supervisor(RuntimeDefaults, abc.ABC):
         self._faults = FaultInjector(settings.inject_worker_faults, settings.seed)
         self.counters = FaultCounters()
         self._origin = clock()  # reset once the workers are warm: the run begins
+        self._outstanding: dict[int, Outstanding] = {}
+        """Tasks timed from their dispatch: those with a deadline, and every traced client's."""
+        self._held: list[tuple[float, int, Update]] = []
+        """Finished results of traced clients, held until their traced duration has passed."""
+        self._trace: Trace | None = None
+        clients = getattr(pool, "clients", None)
+        if not pool.persistent and clients is not None and clients.client_trace:
+            self._trace = load_trace(clients.client_trace, pool.size)
 
     # -- the Runtime protocol --
 
@@ -244,6 +278,18 @@ class Supervisor(RuntimeDefaults, abc.ABC):
         if worker_id in self._busy:
             raise RuntimeError(f"worker {worker_id} is busy; dispatch only idle workers")
         self._busy.add(worker_id)
+        deadline_s = snapshot.task.deadline_s
+        if deadline_s > 0 or self._trace is not None:
+            now = self._clock()
+            self._outstanding[worker_id] = Outstanding(
+                dispatched_at=now,
+                deadline_s=deadline_s,
+                deadline_at=now + deadline_s if deadline_s > 0 else float("inf"),
+                told_late=False,
+                base_version=snapshot.version,
+                kind=_payload_kind(snapshot),
+                download_nbytes=snapshot.params.numel() * snapshot.params.element_size(),
+            )
         prepared = self._prepare(snapshot)
         if self.pool.persistent:
             self._assign(self.executors[worker_id], self._task_for(prepared, None))
@@ -252,14 +298,51 @@ class Supervisor(RuntimeDefaults, abc.ABC):
             self._assign_waiting()
 
     def next_update(self) -> Update:
-        while not self._arrived:
+        """The earliest result; or, once a task's deadline has passed without its result, a
+        stand-in that says so (``Update.overdue``): the scheduler closes the round without it
+        while the worker computes on, and its result follows as an update of its own. The
+        wait blocks until a result, the earliest deadline or a held result's release."""
+        while True:
+            now = self._clock()
+            while self._held and self._held[0][0] <= now:
+                released_at, sequence, held = heapq.heappop(self._held)
+                heapq.heappush(self._arrived, (released_at, sequence, held))
+            if self._arrived:
+                break
+            overdue = self._overdue(now)
+            if overdue is not None:
+                return overdue
             if not self._busy:
                 raise RuntimeError("no task in flight and none started: the scheduler stalled")
-            for executor in self._poll():
+            wakes = [task.deadline_at for task in self._outstanding.values()]
+            if self._held:
+                wakes.append(self._held[0][0])
+            wake = min(wakes, default=float("inf"))
+            timeout = None if wake == float("inf") else max(wake - now, 0.0)
+            for executor in self._poll(timeout):
                 self._restart(executor)
         _, _, update = heapq.heappop(self._arrived)
         self._busy.discard(update.worker_id)
+        self._outstanding.pop(update.worker_id, None)
         return update
+
+    def _overdue(self, now: float) -> Update | None:
+        """The stand-in for the first task whose deadline has passed (told once)."""
+        for worker_id, task in self._outstanding.items():
+            if task.deadline_at <= now:
+                task.deadline_at, task.told_late = float("inf"), True
+                waited = self._past_deadline(now - task.dispatched_at, task)
+                return Update(
+                    worker_id=worker_id,
+                    base_version=task.base_version,
+                    payload=None,
+                    env_steps=0,
+                    kind=task.kind,
+                    started_s=task.dispatched_at - self._origin,
+                    cost_s=waited,
+                    overdue=True,
+                )
+        return None
 
     def virtual_time(self) -> float | None:
         return None
@@ -280,6 +363,7 @@ class Supervisor(RuntimeDefaults, abc.ABC):
             "incarnations": [e.incarnation for e in self.executors],
             "restarts": self.counters.restarts,
             "lost_updates": self.counters.lost_updates,
+            "elapsed_s": self._clock() - self._origin,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -290,7 +374,10 @@ class Supervisor(RuntimeDefaults, abc.ABC):
             self._stop(executor)
             self._renew(executor, int(incarnation) + 1)
         self._await_startup()
-        self._origin = self._clock()
+        # the run's clock goes on where the checkpoint left it (a trace is read on it)
+        self._origin = self._clock() - float(state.get("elapsed_s", 0.0))
+        self._outstanding.clear()
+        self._held.clear()
 
     # -- fault tests --
 
@@ -325,10 +412,44 @@ class Supervisor(RuntimeDefaults, abc.ABC):
         if not executor.assigned:
             return
         executor.assigned = False
-        heapq.heappush(self._arrived, (finished_at, self._sequence, update))
+        task = self._outstanding.get(update.worker_id)
+        if task is not None:
+            finished_at = self._time_from_dispatch(update, task, finished_at)
+        queue = self._held if update.held_s > 0 else self._arrived
+        heapq.heappush(queue, (finished_at, self._sequence, update))
         self._sequence += 1
         if not self.pool.persistent:
             self._assign_waiting()
+
+    def _time_from_dispatch(self, update: Update, task: Outstanding, finished_at: float) -> float:
+        """Time ``update`` as the server does, from its dispatch, so that it is late exactly
+        when its deadline passed first; a traced client's result is held until its traced
+        duration (measured compute / its speed + its links' transfers) has passed. Returns
+        when the loop may have it."""
+        received_at = self._clock()
+        arrives_at = received_at
+        if self._trace is not None:
+            computed_s = finished_at - (update.started_s + self._origin)
+            traced_s, upload_s = emulated_duration(
+                self._trace.clients[update.worker_id],
+                computed_s,
+                update.nbytes,
+                task.download_nbytes,
+            )
+            arrives_at = max(received_at, task.dispatched_at + traced_s)
+            update.held_s = arrives_at - received_at
+            update.upload_s = min(upload_s, arrives_at - task.dispatched_at)
+        update.started_s = task.dispatched_at - self._origin
+        update.cost_s = arrives_at - task.dispatched_at
+        if task.told_late:
+            update.cost_s = self._past_deadline(update.cost_s, task)
+        return arrives_at
+
+    @staticmethod
+    def _past_deadline(waited_s: float, task: Outstanding) -> float:
+        """``waited_s``, made strictly more than the deadline: the scheduler's rule for late
+        is ``cost_s > deadline_s``, and a coarse clock may read exactly the deadline."""
+        return max(waited_s, math.nextafter(task.deadline_s, math.inf))
 
     def _restart(self, executor: Any) -> None:
         """Count, log and replace a failed executor; its task re-runs on the replacement."""
@@ -369,8 +490,9 @@ class Supervisor(RuntimeDefaults, abc.ABC):
         """Send ``executor.task``, or hold it until ``executor`` is ready."""
 
     @abc.abstractmethod
-    def _poll(self) -> list[Any]:
-        """Wait for events, hand each result to ``_deliver``; return the executors that failed."""
+    def _poll(self, timeout: float | None = None) -> list[Any]:
+        """Wait for events (at most ``timeout`` seconds; None: until one), hand each result to
+        ``_deliver``; return the executors that failed."""
 
     @abc.abstractmethod
     def _free(self, executor: Any) -> bool:

@@ -93,6 +93,15 @@ This bookkeeping (busy ids, restarts, counters, checkpoints, result order) is th
 ``Supervisor``'s in ``_parallel.py``, shared with the ray runtime; this module supplies
 the transport: spawning a process, sending on its pipe, polling pipes and sentinels.
 
+Decentralized runs
+------------------
+With ``per_worker_snapshots`` (``gossip``, ``ad-psgd``, ``sgp``) the K replicas are the rows
+of one more shared tensor, with their optimizer states and one lock per row
+(``shared_replicas``). A task message names the worker's row; the worker reads it itself.
+For AD-PSGD the loop then sends the worker a mix order (the neighbour its scheduler drew)
+ahead of its next task, and the worker averages the pair and steps its replica under the
+two rows' locks, reporting ``mixed``; ``settle`` waits for the orders still out.
+
 Edge clients
 ------------
 With ``clients`` the K clients share the ``workers`` processes (``hybrid.runtimes.pool``):
@@ -114,6 +123,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import selectors
 import signal
 import sys
@@ -146,6 +156,7 @@ from hybrid.runtimes._parallel import (
     warn_if_oversubscribed,
 )
 from hybrid.runtimes.pool import WorkerPool
+from hybrid.runtimes.shared_replicas import REPLICA_READ, SharedReplicas
 
 if TYPE_CHECKING:
     from hybrid.runtimes.settings import RuntimeSettings
@@ -162,8 +173,10 @@ STOP_GRACE_S = 2.0
 # --- the worker process ----------------------------------------------------------------------
 
 
-OWN_REPLICA, OWN_REPLICA_VERSION = "own_replica", "own_replica_version"
-"""Extras keys of a task that starts from parameters of its own (``per_worker_snapshots``)."""
+OWN_REPLICA = "own_replica"
+"""Extras key of a task that starts from its worker's replica (``per_worker_snapshots``): (row,
+push-sum weight, read under the row's lock, version). The replica itself is read from the
+shared rows (``hybrid.runtimes.shared_replicas``); only these four numbers travel."""
 
 
 def read_params(
@@ -204,9 +217,11 @@ def _worker_main(
     consistent: bool,
     shared_model: dict[str, torch.Tensor] | None,
     pool: WorkerPool,
+    replicas: SharedReplicas | None = None,
 ) -> None:
     """One worker process: its persistent worker, or (an on-demand ``pool``) the edge clients
-    whose tasks it is sent."""
+    whose tasks it is sent. ``replicas``: a decentralized run's rows, this worker's is its
+    own."""
     # Ctrl-C reaches the whole foreground process group; stopping us is the main
     # process's job (close()), and a worker dying mid-send would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -225,6 +240,18 @@ def _worker_main(
             )
             hogwild = build_global_model(settings.server, torch.zeros_like(theta))
             hogwild.attach_shared(shared_model)
+        # AD-PSGD: this process averages its replica with a neighbour's and steps it itself
+        # (``pair_mix``), with its replica's shared optimizer state.
+        own_replica: GlobalModel | None = None
+        if replicas is not None:
+            build_global_model(settings.server, torch.zeros_like(theta)).apply(
+                Step(torch.ones_like(theta))  # the first step's one-off cost, paid now
+            )
+            own_replica = replicas.replica_model(
+                build_global_model(settings.server, torch.zeros_like(theta)), worker_id
+            )
+        pending: Step | None = None  # the last direction, until the loop orders its mix
+        row_writes_at_read = 0
         if worker is not None:
             warm_up(worker)
         else:  # edge clients, built per task: pay the lazy start-up on a throw-away one
@@ -239,14 +266,25 @@ def _worker_main(
         conn.send(("ready", os.getpid()))
         message = conn.recv()
         while message is not None:
+            if message[0] == "mix":  # AD-PSGD: the loop drew the neighbour for our last update
+                _, neighbour, lr_scale, progress, locked = message
+                if replicas is not None and own_replica is not None and not meta_np[HALT]:
+                    if pending is not None:
+                        pending.lr_scale = lr_scale
+                    replicas.pair_mix(own_replica, worker_id, neighbour, pending, progress, locked)
+                pending = None
+                conn.send_bytes(dumps_message(("mixed", None)))
+                message = conn.recv()
+                continue
             started_at = time.monotonic()  # a system-wide clock: comparable across processes
             # ("task", task, extras, progress[, client]): no client for the own worker
             _, task, extras, progress = message[:4]
             client_id = message[4] if len(message) > 4 else None
             extras = unpack(extras or {})
-            if OWN_REPLICA in extras:  # decentralized: this worker's replica, in the message
-                local.copy_(extras.pop(OWN_REPLICA))
-                version, torn = int(extras.pop(OWN_REPLICA_VERSION)), False
+            if OWN_REPLICA in extras and replicas is not None:  # decentralized: its own row
+                row, weight, locked, version = extras.pop(OWN_REPLICA)
+                row_writes_at_read = replicas.read(row, local, weight, locked)
+                torn = False
             elif hogwild is not None:  # an unguarded copy of θ while other workers write it
                 version, torn = int(meta_np[VERSION]), False
                 # counted before the copy: an apply landing during it counts as stale
@@ -259,8 +297,15 @@ def _worker_main(
                 update = worker.run_task(snapshot)
             else:  # an edge client's task: built here, from its id, and released
                 update = pool.run(client_id, snapshot, client_models)
+            if replicas is not None:
+                # the gossip staleness as it happened: others' averages into our row while we
+                # computed (we write it only in our own mix, after this)
+                writes = replicas.row_writes(worker_id) - row_writes_at_read
+                update.stats["decentral/gossip_staleness_measured"] = float(writes)
             record = update_record(update)
             payload = update.payload
+            if replicas is not None and isinstance(payload, torch.Tensor):
+                pending = Step(payload, clip=update.kind != Payload.DELTA)
             record["in_slot"] = (
                 isinstance(payload, torch.Tensor)
                 and payload.dtype == grads.dtype
@@ -318,6 +363,8 @@ class _Slot(Executor):
     claims: int = 0
     """Running ahead: of those, the ones the loop has claimed (a worker applies a task's
     update only once its claim arrives, so nothing the loop did not count reaches θ)."""
+    mixing: int = 0
+    """AD-PSGD: pair mixes ordered that the worker has not yet reported done."""
 
 
 def _stop_processes(processes: list[BaseProcess], grace_s: float) -> None:
@@ -350,8 +397,8 @@ class ProcessRuntime(Supervisor):
         themselves (moved into shared memory here); None: the main process applies.
         ``pool``: who the workers are (``make_pool``); with edge clients, K clients
         share the ``workers`` processes. ``per_worker_snapshots``: every task starts from
-        parameters of its own (a decentralized run's replicas), sent with the task instead
-        of published once per version."""
+        its worker's replica (a decentralized run), a row of shared memory
+        (``shared_replicas``) that the worker reads itself."""
         self.per_worker_snapshots = per_worker_snapshots
         warn_if_oversubscribed(settings.workers, "processes")
         super().__init__(settings, pool, time.monotonic)
@@ -377,6 +424,13 @@ class ProcessRuntime(Supervisor):
         self._grads = torch.zeros(settings.workers, numel).share_memory_()
         self._grad_slots = list(self._grads)  # views made once: indexing costs µs per update
         self._applied = torch.zeros(settings.workers, dtype=torch.int64).share_memory_()
+        self.shared_replicas: SharedReplicas | None = None
+        if per_worker_snapshots:  # before the workers start: they map these pages
+            self.shared_replicas = SharedReplicas.create(
+                self._ctx, settings.server, settings.workers, numel
+            )
+        self.pipe_bytes_down = self.pipe_bytes_up = 0
+        """Bytes written to the workers' pipes, and read from them (all messages)."""
         self._published: int | None = None
         self.torn_reads = 0
         self._closed = False
@@ -407,6 +461,8 @@ class ProcessRuntime(Supervisor):
         the instant between the loop's last update and the halt word (one per worker at
         most) is in θ but not in the counts.
         """
+        if self.shared_replicas is not None:
+            self._await_mixes()  # the replicas change no more once the mixes ordered are done
         if self._shared_model is None:
             return  # the main process is the one writer, and it has stopped
         self._meta_np[HALT] = 1
@@ -422,9 +478,36 @@ class ProcessRuntime(Supervisor):
                 slot.sent = 0  # it died: it writes nothing more
 
     def metrics(self) -> dict[str, float]:
+        pipes = {
+            "sched/pipe_bytes_down": self.pipe_bytes_down,
+            "sched/pipe_bytes_up": self.pipe_bytes_up,
+        }
+        if self.shared_replicas is not None:
+            pipes["decentral/broken_locks"] = int(self.shared_replicas.counters[:, 1].sum())
         if self._shared_model is not None:  # under Hogwild! every read may be torn: not counted
-            return super().metrics()
-        return super().metrics() | {"sched/torn_reads": self.torn_reads}
+            return super().metrics() | pipes
+        return super().metrics() | {"sched/torn_reads": self.torn_reads} | pipes
+
+    # -- decentralized: the replicas in shared memory (``ReplicaExchange``) --
+
+    def replica_exchange(self) -> ProcessRuntime | None:
+        return self if self.shared_replicas is not None else None
+
+    def order_pair_mix(
+        self, worker_id: int, neighbour: int, lr_scale: float, progress: float, locked: bool
+    ) -> None:
+        """AD-PSGD: worker ``worker_id`` averages its replica with ``neighbour``'s and steps
+        its own along its last direction, itself, while the loop goes on. Sent before its
+        next task on the same pipe, so the worker mixes before it reads its replica again."""
+        slot = self._slots[worker_id]
+        self._write(slot, ("mix", neighbour, lr_scale, progress, locked))
+        slot.mixing += 1
+
+    def _await_mixes(self) -> None:
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while any(s.mixing for s in self._slots) and (left := deadline - time.monotonic()) > 0:
+            for slot in self._handle_events(left):
+                slot.mixing = 0  # it died: its mix is lost, and it writes nothing more
 
     def close(self) -> None:
         if self._closed:
@@ -457,12 +540,11 @@ class ProcessRuntime(Supervisor):
     # -- the backend: spawn, send, poll --
 
     def _prepare(self, snapshot: Snapshot) -> tuple[Task, Any, float]:
-        if self.per_worker_snapshots:  # one replica per task: it travels with the task
-            own = {
-                OWN_REPLICA: snapshot.params,
-                OWN_REPLICA_VERSION: torch.tensor(snapshot.version),
-            }
-            return (snapshot.task, pack(snapshot.extras | own), snapshot.progress)
+        if self.per_worker_snapshots:  # the worker reads its own row: only which one travels
+            extras = dict(snapshot.extras)
+            row, weight, locked = extras.pop(REPLICA_READ)
+            own = {OWN_REPLICA: (int(row), float(weight), bool(locked), snapshot.version)}
+            return (snapshot.task, pack(extras | own), snapshot.progress)
         self._publish(snapshot)  # θ goes through shared memory, the rest through the pipe
         extras = pack(snapshot.extras) if snapshot.extras else None
         return (snapshot.task, extras, snapshot.progress)
@@ -505,6 +587,7 @@ class ProcessRuntime(Supervisor):
                 not self.settings.lock_free,
                 self._shared_model,
                 self.pool,
+                self.shared_replicas,
             ),
             daemon=True,  # multiprocessing's own atexit hook ends daemonic children too
         )
@@ -562,12 +645,13 @@ class ProcessRuntime(Supervisor):
             slot.claims += 1
             slot.sent += 1
 
-    @staticmethod
-    def _write(slot: _Slot, message: Any) -> None:
+    def _write(self, slot: _Slot, message: Any) -> None:
         # A worker that died since we last looked breaks the pipe; its sentinel will wake
         # the next wait, which restarts it and re-runs the claimed task.
+        data = dumps_message(message)
+        self.pipe_bytes_down += len(data)
         with contextlib.suppress(OSError):
-            slot.conn.send_bytes(dumps_message(message))
+            slot.conn.send_bytes(data)
 
     def _watch(self, slot: _Slot) -> None:
         # One long-lived epoll set: building a fresh one per wait (multiprocessing's
@@ -580,8 +664,8 @@ class ProcessRuntime(Supervisor):
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(fileobj)
 
-    def _poll(self) -> list[_Slot]:
-        return self._handle_events(None)
+    def _poll(self, timeout: float | None = None) -> list[_Slot]:
+        return self._handle_events(timeout)
 
     def _handle_events(self, timeout: float | None) -> list[_Slot]:
         """Wait for messages or exits and handle them; return the workers that failed.
@@ -614,9 +698,11 @@ class ProcessRuntime(Supervisor):
     def _receive_one(self, slot: _Slot) -> bool:
         """Handle one message from the worker; False once it has failed or gone."""
         try:
-            kind, body = slot.conn.recv()
+            data = slot.conn.recv_bytes()
         except (EOFError, OSError):
             return False
+        self.pipe_bytes_up += len(data)
+        kind, body = pickle.loads(data)
         if kind == "ready":
             slot.ready = True
             self._send(slot)
@@ -624,6 +710,8 @@ class ProcessRuntime(Supervisor):
                 self._assign_waiting()
         elif kind == "result":
             self._receive(slot, body)
+        elif kind == "mixed":
+            slot.mixing -= 1
         elif kind == "error":
             slot.last_error = body
             return False
@@ -660,6 +748,6 @@ class ProcessRuntime(Supervisor):
 
     def _spawn(self, slot: _Slot) -> None:
         slot.ready = False
-        slot.sent = slot.claims = 0
+        slot.sent = slot.claims = slot.mixing = 0
         slot.process, slot.conn = self._start_process(slot.worker_id, slot.incarnation)
         self._watch(slot)  # a claimed task re-runs once it is ready

@@ -53,6 +53,12 @@ notebook's own ``ray.init`` survives a run. SIGINT or SIGTERM while Ray or the a
 start shuts the local Ray down whole (no agent left behind) and raises
 ``StartupInterrupted`` (exit code 130 / 143 in the CLI).
 
+Decentralized runs (``gossip``, ``ad-psgd``): each actor holds its own replica and its
+optimizer state, and the replicas mix between actors through a ``torch.distributed`` gloo
+group (``hybrid.runtimes._gloo``); the driver sends small commands on the task connection
+and gathers the rows only when the loop needs their average. ``sgp`` and runs with a codec
+send each replica in its task's message instead (``per_worker_snapshots``).
+
 Faults are handled as in the processes runtime: an actor that dies (``ray.kill``, a
 SIGKILL, its node lost) closes its connection, and one whose task raised reports the
 error and stops serving; either is counted, logged and replaced by a new actor with
@@ -94,6 +100,8 @@ from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo
 from hybrid.errors import ConfigError
 from hybrid.protocol import ComputeGradient, Snapshot, Task, Update
+from hybrid.runtimes import _gloo
+from hybrid.runtimes._gloo import ActorReplica, ActorReplicas, Rendezvous
 from hybrid.runtimes._parallel import (
     Executor,
     Supervisor,
@@ -112,6 +120,7 @@ from hybrid.runtimes._ray_watchdog import start_time
 from hybrid.runtimes.pool import WorkerPool
 
 if TYPE_CHECKING:
+    from hybrid.core.global_model import GlobalModel
     from hybrid.runtimes.settings import RuntimeSettings
 
 STARTUP_TIMEOUT_S = 300.0
@@ -126,6 +135,8 @@ CONNECT_TIMEOUT_S = 30.0
 """How long the driver waits to reach an actor and for each message of the handshake (longer
 than HANDSHAKE_TIMEOUT_S: an actor may first have to drop an intruder). Past it the actor
 counts as failed and is replaced."""
+
+log = logging.getLogger("hybrid.runtimes")
 
 QUIET_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0"}
 PROBE_TIMEOUT_S = 5.0
@@ -207,6 +218,8 @@ class ActorWorker:
             warm_up(client)
             client.close()
         self._listener: Listener | None = None
+        self.replica: ActorReplica | None = None
+        """A decentralized run's replica, when this actor holds it (``hybrid.runtimes._gloo``)."""
 
     def listen(self, authkey: bytes) -> tuple[Any, int]:
         """Open this actor's end of the connection; returns its address and the actor's pid."""
@@ -245,6 +258,11 @@ class ActorWorker:
             try:
                 while (task := conn.recv()) is not None:
                     try:
+                        if isinstance(task[0], str):  # a command on this actor's replica
+                            reply = self.replica_command(*task)
+                            if reply is not None:
+                                conn.send_bytes(dumps_message(("reply", reply)))
+                            continue
                         record = self.run(*task)
                     except Exception:
                         conn.send_bytes(dumps_message(("error", traceback.format_exc())))
@@ -252,6 +270,27 @@ class ActorWorker:
                     conn.send_bytes(dumps_message(("result", record)))
             except (EOFError, OSError):
                 return  # the driver has gone: nobody is left to report to
+            finally:
+                if self.replica is not None:
+                    self.replica.close()
+
+    def replica_command(self, kind: str, name: str, body: dict[str, Any]) -> Any:
+        """Load, join the gloo group, step and mix, or report this actor's replica."""
+        del kind
+        if self.replica is None:
+            self.replica = ActorReplica(body.pop("step_settings"))
+        body.pop("step_settings", None)
+        if name == "load":
+            self.replica.load(**body)
+        elif name == "join":
+            self.replica.join(**body, node_ip=ray.util.get_node_ip_address())
+        elif name == "apply":
+            self.replica.apply(body)
+        elif name == "report":
+            return self.replica.report()
+        else:
+            raise ValueError(f"unknown replica command {name!r}")
+        return None
 
     def run(
         self,
@@ -265,12 +304,19 @@ class ActorWorker:
         for the task and released after it, as on every runtime."""
         started_at = time.time()  # wall clock: roughly comparable across the nodes
         task = task if task is not None else ComputeGradient()
-        snapshot = Snapshot(payload_tensor(params), version, extras=unpack(extras or {}), task=task)
+        if params is None:  # a decentralized run's task, on this actor's own replica
+            assert self.replica is not None, "the driver seeds the replica before any task"
+            start = self.replica.row.detach().clone()
+        else:
+            start = payload_tensor(params)
+        snapshot = Snapshot(start, version, extras=unpack(extras or {}), task=task)
         if client is not None:
             update = self.pool.run(client, snapshot)
         else:
             assert self.worker is not None, "edge-client actors run a client's task"
             update = self.worker.run_task(snapshot)
+            if self.replica is not None:
+                self.replica.keep(update)  # stepped when the loop's step lists it
         record = update_record(update)
         record.update(wire=pack(update.payload), started_at=started_at, finished_at=time.time())
         return record
@@ -628,6 +674,11 @@ class _Actor(Executor):
     sent: bool = False
     """The assigned task went out on the current connection (else it goes once connected)."""
     started_at: float = 0.0
+    joined: bool = False
+    """Actor-held replicas: it holds one and is in the current gloo group (a task waits
+    until then)."""
+    reply: Any = None
+    """Actor-held replicas: its answer to the last ``report``."""
 
 
 class RayRuntime(Supervisor):
@@ -656,6 +707,16 @@ class RayRuntime(Supervisor):
         self.executors: list[_Actor] = []
         self._actors = self.executors
         self._authkey = secrets.token_bytes(32)
+        self._gloo: Rendezvous | None = None
+        """Where the actors' gloo group meets, once they hold the replicas (replica_applier)."""
+        self._held: ActorReplicas | None = None
+        self._seed: tuple[torch.Tensor, list[Any] | None] = (torch.empty(0), None)
+        """What every actor loads when none holds a replica: θ₀, or a checkpoint's replicas."""
+        self._step_settings: dict[str, Any] = {}
+        self._started_replicas = False
+        """The actors have held replicas since the last seed_replicas."""
+        self._driver_bytes = 0
+        """Bytes of replicas that went through the driver (seeding, gathering)."""
         # Until the actors are up, SIGINT/SIGTERM end the start-up here, with Ray shut down
         # whole (ray.init answers SIGTERM with sys.exit(15) and leaves its agents running).
         with _StartupSignals() as signals:
@@ -685,7 +746,10 @@ class RayRuntime(Supervisor):
     # -- the Runtime protocol --
 
     def settle(self) -> None:
-        pass  # only the main process writes the global model
+        # only the main process writes the global model; with actor-held replicas it is
+        # their average, fetched now (the summary describes it)
+        if self._held is not None:
+            self._held.gather(self._held.model)
 
     def close(self) -> None:
         if self._closed:
@@ -696,18 +760,146 @@ class RayRuntime(Supervisor):
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
         self._selector.close()
+        if self._gloo is not None:
+            self._gloo.close()
         if self._session is not None:  # ours to stop (a notebook's own Ray is left running)
             self._session.close()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._started_replicas = False  # every actor is replaced: it loads the checkpoint's
+        super().load_state_dict(state)
 
     def worker_pids(self) -> list[int]:
         """Each actor's process id, as it reported when it connected (0 while starting)."""
         return [a.pid for a in self._actors]
 
-    # -- internals --
+    # -- decentralized runs: the actors hold the replicas (hybrid.runtimes._gloo) --
+
+    def replica_applier(self, model: GlobalModel, push_sum: bool) -> ActorReplicas | None:
+        """The actors hold the replicas and mix them through gloo, for a decentralized
+        scheduler that mixes without push-sum weights (gossip, ad-psgd) on persistent
+        workers without a codec (an actor steps its replica along the update it computed,
+        which must be what the loop accepted); None: the loop holds them (sgp)."""
+        if (
+            not self.per_worker_snapshots
+            or not self.pool.persistent
+            or self.settings.codec != "none"
+            or push_sum
+        ):
+            return None
+        self._gloo = Rendezvous(ray.util.get_node_ip_address())  # loopback for a local Ray
+        self._step_settings = dict(model._step_settings)  # the twin GlobalModel.replica builds
+        self._held = ActorReplicas(model, len(self._actors), self)
+        return self._held
+
+    def seed_replicas(self, rows: torch.Tensor, optimizers: list[Any] | None) -> None:
+        """Every actor (now, and after a restart of all of them) starts from ``rows``."""
+        self._seed = (rows.detach().cpu().clone(), optimizers)
+        self._started_replicas = False  # a start or a resume: the actors load these
+        for actor in self._actors:
+            actor.joined = False
+        if not any(a.starting is not None for a in self._actors):
+            self._regroup()
+
+    def absent(self) -> set[int]:
+        """Workers whose actor holds no replica now (lost; its replacement not yet joined)."""
+        return {a.worker_id for a in self._actors if not a.joined}
+
+    def command(self, worker_id: int, name: str, body: Any) -> None:
+        """Send a replica command to a joined actor, after what it was sent before."""
+        actor = self._actors[worker_id]
+        if actor.joined and actor.conn is not None:
+            self._replica_command(actor, name, body)
+
+    def gather_replicas(self) -> list[dict[str, Any]]:
+        """Every actor's replica and optimizer state, through the driver: each answers once
+        it has done what it was sent before (a busy one, after its task). An actor lost
+        meanwhile is asked again once its replacement has joined."""
+        for actor in self._actors:
+            actor.reply = None
+        asked: set[int] = set()
+        while any(a.reply is None for a in self._actors):
+            for actor in self._actors:
+                if actor.worker_id not in asked and actor.joined and actor.conn is not None:
+                    self._replica_command(actor, "report", {})
+                    asked.add(actor.worker_id)
+            if all(a.reply is not None for a in self._actors):
+                break
+            for actor in self._poll():
+                self._restart(actor)
+                asked.discard(actor.worker_id)
+        replies = [a.reply for a in self._actors]
+        self._driver_bytes += sum(r["row"].nbytes for r in replies)
+        # should every actor be lost at once, the replicas restart from these
+        rows = torch.stack([torch.from_numpy(r["row"]) for r in replies])
+        self._seed = (rows, [r["optimizer"] for r in replies])
+        return replies
+
+    def replica_counters(self) -> dict[str, float]:
+        assert self._gloo is not None
+        return {
+            "decentral/regroups": self._gloo.generation,
+            "decentral/driver_bytes": self._driver_bytes,
+            "decentral/gloo_bytes": self._held.bytes_sent if self._held else 0,
+        }
+
+    def _replica_command(self, actor: _Actor, name: str, body: dict[str, Any]) -> None:
+        assert actor.conn is not None
+        with contextlib.suppress(OSError):  # it died: its connection reads as closed next
+            actor.conn.send_bytes(dumps_message(("replica", name, body)))
+
+    def _regroup(self) -> None:
+        """Form the next generation of the gloo group, every actor connected: at the start
+        and after a resume every actor loads its replica from the driver; after a loss the
+        replacement starts from the survivors' average (one all-reduce), with a fresh
+        optimizer state. Tasks held for actors that were not in the group go out."""
+        assert self._gloo is not None
+        generation = self._gloo.next_generation()
+        survivors = [a for a in self._actors if a.joined]
+        rows, optimizers = self._seed
+        if not survivors:
+            if self._started_replicas:
+                log.warning(
+                    "every actor holding a replica was lost: the replicas start again from "
+                    "the last ones gathered (at the last evaluation or checkpoint)"
+                )
+            for actor in self._actors:
+                k = actor.worker_id
+                state = optimizers[k] if optimizers else None
+                load = {"row": rows[k].numpy(), "optimizer_state": state}
+                self._replica_command(actor, "load", load | {"step_settings": self._step_settings})
+                self._driver_bytes += rows[k].numel() * rows.element_size()
+        for actor in self._actors:
+            join = {
+                "address": self._gloo.address,
+                "generation": generation,
+                "rank": actor.worker_id,
+                "world": len(self._actors),
+                "seed": bool(survivors) and len(survivors) < len(self._actors),
+                "numel": rows.shape[1],
+                "timeout_s": _gloo.GLOO_TIMEOUT_S,
+                "step_settings": self._step_settings,
+            }
+            self._replica_command(actor, "join", join)
+            actor.joined = True
+        if survivors:
+            log.warning(
+                "the gloo group is re-formed (generation %d); %d replacement(s) start from "
+                "the survivors' average",
+                generation,
+                len(self._actors) - len(survivors),
+            )
+        self._started_replicas = True
+        for actor in self._actors:
+            if actor.assigned and not actor.sent:
+                self._send(actor)
 
     # -- the backend: spawn, send, poll --
 
     def _prepare(self, snapshot: Snapshot) -> _Task:
+        if self._held is not None:  # each actor trains its own replica: no θ travels
+            extras = pack(snapshot.extras) if snapshot.extras else None
+            return _Task(snapshot.version, (None, snapshot.version, snapshot.task, extras))
         if (
             self._latest is None
             or self._latest.version != snapshot.version
@@ -740,8 +932,8 @@ class RayRuntime(Supervisor):
     def _kill(self, actor: _Actor) -> None:
         ray.kill(actor.handle, no_restart=True)
 
-    def _poll(self) -> list[_Actor]:
-        return self._handle_events()
+    def _poll(self, timeout: float | None = None) -> list[_Actor]:
+        return self._handle_events(timeout)
 
     def _spawn(self, actor: _Actor) -> None:
         """Create the actor; it warms up, then opens its end of the connection (async)."""
@@ -790,6 +982,13 @@ class RayRuntime(Supervisor):
             self._selector.register(actor.conn, selectors.EVENT_READ, actor)
             if actor.assigned:  # a task that was lost with the previous incarnation, or queued
                 self._send(actor)
+        if (
+            self._gloo is not None
+            and ready
+            and all(a.starting is None for a in self._actors)
+            and any(not a.joined for a in self._actors)
+        ):
+            self._regroup()  # its replacement is in: re-form the group
         if ready and not self.pool.persistent:
             self._assign_waiting()
         for actor in starting.values():
@@ -803,19 +1002,22 @@ class RayRuntime(Supervisor):
 
     def _send(self, actor: _Actor) -> None:
         actor.sent = False
-        if actor.conn is None:
-            return  # starting: the task goes out once it is connected
+        if actor.conn is None or (self._gloo is not None and not actor.joined):
+            return  # starting (or not yet in the gloo group): the task goes out then
         try:
             actor.conn.send_bytes(actor.task)
             actor.sent = True
         except OSError:
             pass  # it died: its connection reads as closed at the next wait, which restarts it
 
-    def _handle_events(self) -> list[_Actor]:
-        """Wait for results (and for starting actors); return the actors that failed."""
+    def _handle_events(self, timeout: float | None = None) -> list[_Actor]:
+        """Wait for results (and for starting actors), at most ``timeout`` seconds (None:
+        until one); return the actors that failed."""
         restarting = any(a.starting is not None for a in self._actors)
         failed = self._poll_starting(timeout=0) if restarting else []
-        for key, _ in self._selector.select(RESTART_POLL_S if restarting else None):
+        if restarting:
+            timeout = RESTART_POLL_S if timeout is None else min(timeout, RESTART_POLL_S)
+        for key, _ in self._selector.select(timeout):
             actor = key.data
             if actor in failed:
                 continue
@@ -827,6 +1029,8 @@ class RayRuntime(Supervisor):
             if kind == "error":
                 actor.last_error = body
                 failed.append(actor)
+            elif kind == "reply":
+                actor.reply = body
             else:
                 self._collect(actor, body)
         return failed
@@ -852,6 +1056,7 @@ class RayRuntime(Supervisor):
         actor.conn = None
 
     def _stop(self, actor: _Actor) -> None:
+        actor.joined = False  # its replica, if it held one, is gone with it
         self._disconnect(actor)
         actor.starting = actor.serving = None
         with contextlib.suppress(Exception):

@@ -6,6 +6,10 @@ direction, computed at the replica it read when it started (possibly stale). Ave
 pair conserves the replicas' mean. A replica may have been averaged by others while its
 worker computed: that count is the gossip staleness (``gossip_staleness_mean`` /
 ``_max``); τ itself counts every step applied anywhere (unit: updates).
+
+The scheduler only draws the pair (``MixingStep.pairs``). On processes the worker itself
+then averages the two shared rows and steps its own, holding both rows' locks unless
+``pair_lock`` is off (``hybrid.runtimes.shared_replicas``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ class AdPsgdSettings:
     """random-regular only: which graph is drawn."""
     evaluate_replicas: bool = False
     """Also evaluate every replica at the end (``replica_eval_returns`` in summary.json)."""
+    pair_lock: bool = True
+    """On processes, where workers average pairs of shared replicas themselves: hold both
+    rows' locks (taken in row order: no deadlock) so each average is atomic, as Lian et al.
+    assume. False: lock-free, a concurrent pair sharing a row may lose part of an average.
+    A setting of the algorithm rather than the runtime's ``lock_free``: that one defaults
+    to Hogwild!'s unguarded writes, and here the atomic update is the algorithm as published,
+    the lock-free one the variant to study."""
 
     def __post_init__(self) -> None:
         check_topology(self.topology, self.degree)
@@ -51,6 +62,7 @@ class AdPsgd(ReplicaScheduler):
         super().__init__(workers)
         self.settings = settings
         self.evaluate_replicas = settings.evaluate_replicas
+        self.pair_lock = settings.pair_lock
         graph = build_graph(settings.topology, workers, settings.degree, settings.graph_seed)
         self.neighbours = [sorted(graph.neighbors(k)) for k in range(workers)]
         # the expected mixing matrix when every worker picks uniformly among its neighbours
@@ -80,14 +92,16 @@ class AdPsgd(ReplicaScheduler):
         updates = [update for update, _ in self.buffer]
         self.buffer.clear()
         mixing = np.eye(self.workers)
+        pairs: list[tuple[int, int]] = []
         for update in updates:  # one, unless several arrived at one instant
             i = update.worker_id
             self.gossip_staleness.append(self.changes[i] - self.read_at[i])
             j = int(self.neighbours[i][self.rng.integers(len(self.neighbours[i]))])
             mixing = pair_matrix(self.workers, i, j) @ mixing
+            pairs.append((i, j))
             self.changes[i] += 2  # the average, then its own step
             self.changes[j] += 1
-        return MixingStep(updates=updates, mixing=mixing, mix_first=True)
+        return MixingStep(updates=updates, mixing=mixing, mix_first=True, pairs=pairs)
 
     def metrics(self) -> dict[str, float]:
         seen = self.gossip_staleness

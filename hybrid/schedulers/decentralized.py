@@ -9,7 +9,7 @@ they read no replica and write none.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,6 +38,10 @@ class MixingStep(Step):
     read before the mix): AD-PSGD's order, and D-PSGD's as Lian et al. write it. False:
     step, then mix (adapt-then-combine; SGP's order, and all-reduce's on the complete
     graph)."""
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    """AD-PSGD: (worker, the neighbour it averages with) for each of ``updates``, in order;
+    ``mixing`` is their product. A runtime whose workers share the replicas has each worker
+    do its own pair (``hybrid.runtimes.shared_replicas``); the timeline records them."""
 
 
 class ReplicaScheduler(Scheduler):
@@ -47,6 +51,13 @@ class ReplicaScheduler(Scheduler):
     """The loop keeps one replica per worker (``hybrid.replicas.ReplicaApplier``)."""
     evaluate_replicas: bool = False
     """The loop evaluates every replica at the end, besides their average."""
+    pair_lock: bool = True
+    """Where workers share the replicas (processes): a worker reads its replica, and
+    AD-PSGD's pair update runs, holding the rows' locks; False: lock-free (AD-PSGD's
+    ``pair_lock`` setting)."""
+    push_sum: ClassVar[bool] = False
+    """Its steps keep push-sum weights or delays (sgp): the ray runtime then leaves the
+    replicas with the loop instead of its actors."""
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)

@@ -9,9 +9,11 @@ mean as a pseudo-gradient: SGD with lr 1 is FedAvg, with momentum FedAvgM, and
 2021); torch's ``adam`` is not FedAdam (bias correction, v₀ = 0). FedProx's μ lives in
 the client's loss (the worker).
 
-Stragglers: with a deadline, a Δ whose task ran longer than ``deadline_s`` is late.
-The serial runtime hands it over at the deadline, so the round closes then; the
-scheduler drops it (counted), or under ``late_policy="admit"`` holds it until the
+Stragglers: with a deadline, a Δ whose task ran longer than ``deadline_s`` is late
+(``cost_s > deadline_s``, one rule for every runtime). The serial runtime hands it over at
+the deadline, so the round closes then; processes and ray hand over a stand-in at the
+deadline (``Update.overdue``, the worker computing on) and the Δ itself when it comes. The
+scheduler drops it (counted once), or under ``late_policy="admit"`` holds it until the
 first round that closes after it really arrived and admits it there with its
 staleness (asynchronous FL). Dropout is decided here, from the seeded draw, when a
 client is sampled: a client that drops out is never started and never reports, so
@@ -72,6 +74,9 @@ class FedAvg(Scheduler):
             0,
         )
         self.late_staleness = 0
+        self.told_late: set[int] = set()
+        """Clients whose deadline a real runtime reported passed (``Update.overdue``), their
+        Δ not yet here. Not checkpointed: a resumed real runtime starts with no task in flight."""
         self._init_hostile_rounds(workers, settings)
         self.trace = settings.trace
         self.trace_wait_s = 0.0
@@ -113,6 +118,17 @@ class FedAvg(Scheduler):
             )
         self.pending.discard(update.worker_id)
         self.round_closes_s = max(self.round_closes_s, self._arrival_s(update))
+        if update.overdue:  # late by the rule below: its cost_s is past the deadline
+            # A real runtime's word at the deadline: the round closes without this client,
+            # whose Δ comes later. The late policy is applied (and counted) now, as on the clock.
+            self.told_late.add(update.worker_id)
+            if self.late_policy == "drop":
+                self.counts["late_dropped"] += 1
+            return Verdict.DROP  # nothing to hold yet: under admit, the Δ is held on arrival
+        if update.worker_id in self.told_late:
+            self.told_late.discard(update.worker_id)
+            if self.late_policy == "drop":
+                return Verdict.DROP  # counted when its deadline passed
         if self.trace is not None and self._went_offline(update):
             self.trace_left += 1
             return Verdict.DROP

@@ -38,6 +38,7 @@ class SgpSettings:
 
 class Sgp(RoundReplicas):
     Settings = SgpSettings
+    push_sum = True
 
     def __init__(self, workers: int, settings: SgpSettings) -> None:
         super().__init__(workers)

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hybrid.cluster_profile import ClusterProfile, physical_cores
 from hybrid.reproduce.entry import Arm, Entry, Published
+from hybrid.speedup import NEVER, throughput
 
 WORKER_COUNTS = (1, 2, 4, 8, 16)
 PAPER_CORES = 16
 """The paper's machine: A3C ran on 16 CPU cores, so no worker count here shares a core."""
-CALIBRATION_S = 5.0
-"""Seconds spent measuring this machine's per-step and per-task costs."""
+HERE = physical_cores()
+"""This machine's physical cores: the real arm runs every worker count that fits on them."""
+REAL_COUNTS = tuple(n for n in WORKER_COUNTS if n <= HERE)
+MEASURE_S = 5.0
+"""Seconds of in-process measuring at ``--budget-scale 1`` (``hybrid calibrate --budget-s``)."""
+RUN_S = 4.0
+"""Seconds of each short real run of the processes runtime at ``--budget-scale 1``
+(``hybrid calibrate --run-s``); shorter at a smaller scale, never under half a second."""
 
 # A3C as the paper ran it: one env per worker, t_max = 5 steps per update, applied on
-# arrival (async); a fixed budget with no early stop, so every count runs the same steps.
+# arrival (async); a fixed budget with no early stop and no evaluation, so every count runs
+# the same steps and its throughput is training alone (hybrid.speedup's prediction runs).
 A3C = {
     "env": "CartPole-v1",
     "scheduler": "async",
@@ -24,36 +32,59 @@ A3C = {
     "envs_per_worker": 1,
     "rollout_steps": 5,
     "stop_when_solved": False,
+    "eval_every": NEVER,
+    "eval_episodes": 1,
 }
 
-
-def throughput(summary: Mapping[str, Any]) -> float:
-    """Env steps per second of the run's (virtual) clock."""
-    seconds = summary.get("virtual_time_s") or summary.get("train_wall_s") or 0.0
-    return float(summary["env_steps"]) / seconds if seconds > 0 else float("nan")
+CLOCK = f"clock, {PAPER_CORES} cores"
+CLOCK_HERE = f"clock, {HERE} cores"
+REAL = f"real processes, {HERE} cores"
 
 
-def clock_profiles(out_dir: str, budget_scale: float) -> dict[str, dict[str, Any]]:
-    """Calibrate this machine once, then model it with the paper's 16 cores.
+def profile_path(out_dir: str, cores: int) -> Path:
+    # named for its runtime: a folder of an earlier, in-process-only calibration is not reused
+    return Path(out_dir, f"profile-processes-{cores}-cores.json")
 
-    The one place the speedup entry asks for a clock: when a predictor of wall-clock
-    throughput lands beside the calibrated clock, it replaces this function.
-    """
-    del budget_scale
-    from hybrid.calibrate import measure, profile_for
-    from hybrid.config import TrainConfig
 
-    cfg = TrainConfig(**A3C, workers=1, progress=False)
-    profile = profile_for(measure(cfg, CALIBRATION_S), "processes")
-    path = Path(out_dir, f"profile-{PAPER_CORES}-cores.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    dataclasses.replace(profile, cores=PAPER_CORES).save(path)
-    return {f"{n} workers": {"cluster": str(path)} for n in WORKER_COUNTS}
+def calibrated_profiles(out_dir: str, budget_scale: float) -> dict[str, dict[str, Any]]:
+    """Calibrate this machine as ``hybrid calibrate --runtime processes`` does (in-process
+    costs, then short real runs of the processes runtime fit the task cost, round trip,
+    Hogwild! read delay and contention), once per output folder: a resumed check keeps the
+    profile its finished runs used. The clock arms run on it with the paper's 16 cores, and
+    with this machine's cores beside the real arm."""
+    paths = {cores: profile_path(out_dir, cores) for cores in (PAPER_CORES, HERE)}
+    if not all(path.exists() for path in paths.values()):
+        from hybrid.calibrate import measure, measure_runtime, profile_for
+        from hybrid.config import TrainConfig
+
+        cfg = TrainConfig(**A3C, workers=1, progress=False, env_defaults=False)
+        measured = profile_for(measure(cfg, max(0.5, MEASURE_S * budget_scale)), "processes")
+        profile = measure_runtime(cfg, measured, max(0.5, RUN_S * budget_scale))
+        for cores, path in paths.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            dataclasses.replace(profile, cores=cores).save(path)
+    return {arm.label: {"cluster": str(paths[cores])} for arm, cores in CLOCK_ARMS}
+
+
+CLOCK_ARMS = [
+    (Arm(f"clock {n} workers", {"workers": n}, CLOCK), PAPER_CORES) for n in WORKER_COUNTS
+]
+CLOCK_ARMS += [
+    (Arm(f"clock {n} workers, {HERE} cores", {"workers": n}, CLOCK_HERE), HERE) for n in REAL_COUNTS
+]
+REAL_ARMS = [
+    Arm(f"real {n} workers", {"workers": n, "runtime": "processes"}, REAL) for n in REAL_COUNTS
+]
+
+
+def load_profile(out_dir: str, cores: int = PAPER_CORES) -> ClusterProfile:
+    """The profile a check in ``out_dir`` calibrated (for reading its fit)."""
+    return ClusterProfile.load(profile_path(out_dir, cores))
 
 
 ENTRY = Entry(
     name="a3c-speedup",
-    title="A3C: speedup at 1/2/4/8/16 workers (calibrated clock)",
+    title="A3C: speedup at 1/2/4/8/16 workers (calibrated clock, real runs where cores allow)",
     source="Mnih et al. 2016, Asynchronous Methods for Deep RL (arXiv 1602.01783), Table 2",
     url="https://arxiv.org/abs/1602.01783",
     published=Published(
@@ -65,27 +96,30 @@ ENTRY = Entry(
     source_env_id="7 Atari games",
     budget=10_000,
     parallel_envs="one env per worker (thread), 1-16 workers",
-    evaluation="throughput: env steps per second of the virtual clock, on this machine's "
-    "calibrated costs with 16 cores modelled",
+    evaluation="throughput: env steps per second of the virtual clock on this machine's "
+    "costs calibrated from the processes runtime, with 16 cores modelled (judged); the "
+    "processes runtime's env steps per training second at the counts this machine's cores "
+    "allow, beside the clock's prediction for the same counts and cores (not judged)",
     return_convention="not a return: the figure is a speedup",
     source_seeds=None,
-    config={**A3C, "eval_every": 1_000_000},
-    arms=tuple(Arm(f"{n} workers", {"workers": n}) for n in WORKER_COUNTS),
+    config=A3C,
+    arms=tuple(arm for arm, _ in CLOCK_ARMS) + tuple(REAL_ARMS),
     kind="speedup",
     metric=throughput,
-    metric_name="env steps / virtual s",
-    prepare=clock_profiles,
+    metric_name="env steps / s (clock: virtual; real: training wall)",
+    prepare=calibrated_profiles,
     deviations=(
         "the paper's speedup is in time to reach a score (data efficiency included); "
         "hybrid's is throughput (env steps per second), which leaves out what staleness "
         "costs in data efficiency",
-        "the clock is calibrated on this machine's per-step costs and models 16 cores; it "
-        "does not yet predict wall-clock throughput (cold caches, pipe wake-ups, other "
-        "load), so real runs are 1.1-2x slower than it says",
-        "real runs on the processes runtime are limited to this machine's 2 cores and are "
-        "not part of the entry",
+        "the judged row is a prediction for a 16-core machine from costs measured on this "
+        "one; only the counts this machine's physical cores allow are run for real, and "
+        "they are printed, not judged",
+        "the real runs measure this machine as it is while the check runs: --jobs above 1, "
+        "or other load, slows them and not the clock",
         "CartPole-v1 with a small MLP, not Atari with a CNN: a smaller task per step "
         "makes the server's share of the work larger",
     ),
-    notes="close when each measured speedup is within 25% of the paper's",
+    notes="close when each of the clock's predicted speedups (16 cores) is within 25% of "
+    "the paper's",
 )

@@ -57,13 +57,13 @@ ENTRY = Entry(
         "workers": 8,
         "envs_per_worker": 2,
         "cluster": "heterogeneous",
-        "client_fraction": 1.0,
         "stop_when_solved": True,
         "eval_every": 2_500,  # the resolution of the time to target
         **LOCAL_TRAINING,
     },
     arms=(
-        Arm("fedavg", {"scheduler": "fedavg"}),
+        # every client takes part in every round: FedBuff's clients all run at once
+        Arm("fedavg", {"scheduler": "fedavg", "client_fraction": 1.0}),
         Arm(
             "fedbuff K=4",
             {"scheduler": f"{FEDBUFF_PATH}:FedBuff", "scheduler_args": {"buffer_size": 4}},
