@@ -709,7 +709,7 @@ class RayRuntime(Supervisor):
         self._authkey = secrets.token_bytes(32)
         self._gloo: Rendezvous | None = None
         """Where the actors' gloo group meets, once they hold the replicas (replica_applier)."""
-        self._held: ActorReplicas | None = None
+        self._actor_replicas: ActorReplicas | None = None
         self._seed: tuple[torch.Tensor, list[Any] | None] = (torch.empty(0), None)
         """What every actor loads when none holds a replica: θ₀, or a checkpoint's replicas."""
         self._step_settings: dict[str, Any] = {}
@@ -748,8 +748,8 @@ class RayRuntime(Supervisor):
     def settle(self) -> None:
         # only the main process writes the global model; with actor-held replicas it is
         # their average, fetched now (the summary describes it)
-        if self._held is not None:
-            self._held.gather(self._held.model)
+        if self._actor_replicas is not None:
+            self._actor_replicas.gather(self._actor_replicas.model)
 
     def close(self) -> None:
         if self._closed:
@@ -789,8 +789,8 @@ class RayRuntime(Supervisor):
             return None
         self._gloo = Rendezvous(ray.util.get_node_ip_address())  # loopback for a local Ray
         self._step_settings = dict(model._step_settings)  # the twin GlobalModel.replica builds
-        self._held = ActorReplicas(model, len(self._actors), self)
-        return self._held
+        self._actor_replicas = ActorReplicas(model, len(self._actors), self)
+        return self._actor_replicas
 
     def seed_replicas(self, rows: torch.Tensor, optimizers: list[Any] | None) -> None:
         """Every actor (now, and after a restart of all of them) starts from ``rows``."""
@@ -840,7 +840,7 @@ class RayRuntime(Supervisor):
         return {
             "decentral/regroups": self._gloo.generation,
             "decentral/driver_bytes": self._driver_bytes,
-            "decentral/gloo_bytes": self._held.bytes_sent if self._held else 0,
+            "decentral/gloo_bytes": self._actor_replicas.bytes_sent if self._actor_replicas else 0,
         }
 
     def _replica_command(self, actor: _Actor, name: str, body: dict[str, Any]) -> None:
@@ -897,7 +897,7 @@ class RayRuntime(Supervisor):
     # -- the backend: spawn, send, poll --
 
     def _prepare(self, snapshot: Snapshot) -> _Task:
-        if self._held is not None:  # each actor trains its own replica: no θ travels
+        if self._actor_replicas is not None:  # each actor trains its own replica: no θ travels
             extras = pack(snapshot.extras) if snapshot.extras else None
             return _Task(snapshot.version, (None, snapshot.version, snapshot.task, extras))
         if (
