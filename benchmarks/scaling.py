@@ -84,8 +84,7 @@ def ray_session(runtime: str, workers: int, address: str = "") -> Iterator[None]
         return
     from hybrid.runtimes.ray import connect
 
-    cfg = TrainConfig(runtime="ray", workers=workers, ray_address=address)
-    session = connect(cfg)  # None: a Ray we did not start
+    session = connect(address, workers)  # None: a Ray we did not start
     try:
         yield
     finally:
