@@ -111,7 +111,7 @@ def set_generator_state(bit_generator: np.random.BitGenerator, state: Any, where
         bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
         name = type(bit_generator).__name__
-        raise CheckpointError(f"{where}: not a {name} state ({_first_line(exc)})") from None
+        raise CheckpointError(f"{where}: malformed {name} state ({_first_line(exc)})") from None
 
 
 def _objects_from_plain(value: dict[str, Any]) -> np.ndarray:
