@@ -586,7 +586,7 @@ HOSTILE_CHECKPOINTS = {
     ),
     "a 400-digit random state (OverflowError setting the scheduler's generator)": (
         _set("scheduler_rng/state/state", 10**400),
-        r"scheduler_rng: not a PCG64 state \(",
+        r"scheduler_rng: malformed PCG64 state \(",
     ),
     "a tensor where config.json has text (RuntimeError, or a message of many lines)": (
         _set("config/env", torch.zeros(3, 3)),
