@@ -19,8 +19,8 @@ same writes run unguarded: a concurrent pair that shares a row may then lose par
 average (the replicas' mean is no longer conserved), which is the variant to study.
 
 A mutex held by a process that dies stays held. A worker waits ``LOCK_TIMEOUT_S`` at most
-for a row lock and then proceeds without it, counted in ``broken_locks``: a SIGKILLed
-worker costs one unguarded mix, never a hung run.
+for a row lock and then takes it over, counted in ``broken_locks``, and frees it when done:
+a SIGKILLed worker costs one wait and one unguarded mix, never a hung run.
 """
 
 from __future__ import annotations
@@ -92,19 +92,22 @@ class SharedReplicas:
     def locked(self, rows: list[int], enabled: bool = True) -> Iterator[None]:
         """Hold the locks of ``rows`` (taken in row order: no deadlock), unless not
         ``enabled`` (lock-free). A lock still held after ``LOCK_TIMEOUT_S`` (its holder
-        died) is passed over and counted against the first row."""
+        died) is taken over, counted against the first row, and freed with the others."""
         taken: list[Any] = []
         try:
             for k in sorted(set(rows)) if enabled else []:
                 lock = self.locks[k]
-                if lock.acquire(timeout=LOCK_TIMEOUT_S):
-                    taken.append(lock)
-                else:
+                if not lock.acquire(timeout=LOCK_TIMEOUT_S):
+                    # Its holder died holding it: this worker takes it over, so that the
+                    # release below frees it for everyone (left held, every later read or
+                    # mix of the row would wait out the timeout again).
                     self.counters[rows[0], BROKEN_LOCKS] += 1
+                taken.append(lock)
             yield
         finally:
             for lock in reversed(taken):
-                lock.release()
+                with contextlib.suppress(ValueError):  # a taken-over lock freed by its holder
+                    lock.release()
 
     @contextlib.contextmanager
     def all_locked(self) -> Iterator[None]:
