@@ -37,8 +37,10 @@ N = 1, 2, 4, CartPole-v1, seeds 0 and 1, 5,000 env steps.
 
 ``--reuse-real DIR`` trains only the virtual runs and reads each real run from an earlier
 invocation's ``--out`` (``DIR/<cell>-s<seed>-real``): the clock re-measured against real runs
-taken on a quiet machine while this one is busy. Give ``--profile`` too, or the calibration
-runs now.
+taken on a quiet machine while this one is busy. Its profiles are fitted again to its own
+calibration runs (``DIR/calibration-profile-*``): after a change to the clock, the same
+measurements modelled anew, nothing run for real. ``--profile`` takes a profile as it is
+instead; without either, the calibration runs now.
 
 ``--report-only`` trains nothing and prints the table of the runs an earlier invocation
 (interrupted, perhaps) finished in ``--out``: per cell, the seeds whose real and virtual
@@ -161,21 +163,31 @@ def run_figures(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         "waiting": stats.waiting,
         "task_mean_s": statistics.fmean(stats.durations) if stats.durations else None,
         "gap_median_s": statistics.median(stats.gaps) if stats.gaps else None,
+        "late_dropped": summary.get("late_dropped", 0),  # a round deadline's victims
     }
 
 
 def calibrate(
     args: argparse.Namespace, runtime: str, env: str, out: Path, cores: int | None = None
 ) -> Path:
-    """Calibrate (runtime, env) as ``hybrid calibrate`` does; the profile's path."""
+    """Calibrate (runtime, env) as ``hybrid calibrate`` does; the profile's path. With
+    ``--reuse-real``, the earlier invocation's profile is fitted again to its own
+    calibration runs (the clock's model anew, nothing measured again) where it has them."""
     cfg = base_config(args, env, 0)
     suffix = f"-{cores}core" if cores else ""
     path = out / f"profile-{runtime}-{env}{suffix}.json"
     work_dir = out / f"calibration-{path.stem}"
     shutil.rmtree(work_dir, ignore_errors=True)  # a --report-only run calibrates again
-    with held_to_cores(cores):
-        profile = profile_for(measure(cfg, args.budget_s), runtime)
-        profile = measure_runtime(cfg, profile, args.run_s, work_dir)
+    earlier = Path(args.reuse_real or out) / path.name
+    earlier_runs = earlier.parent / work_dir.name
+    if args.reuse_real and earlier.exists() and earlier_runs.is_dir():
+        profile = measure_runtime(
+            cfg, ClusterProfile.load(earlier), args.run_s, work_dir, refit_from=earlier_runs
+        )
+    else:
+        with held_to_cores(cores):
+            profile = profile_for(measure(cfg, args.budget_s), runtime)
+            profile = measure_runtime(cfg, profile, args.run_s, work_dir)
     profile.save(path)
     print(f"calibrated {runtime} / {env}{suffix} ({path}):\n{describe_profile(profile)}\n")
     return path
@@ -310,6 +322,12 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]
                 [r["gap_median_s"] - v["gap_median_s"] for r, v in zip(real, virtual, strict=True)]
             )
             lacks = f"task {task * 1e3:+.2f} ms, gap {gap * 1e3:+.2f} ms"
+        if any(name == "round_deadline_s" for name, _ in cell["changes"]):
+            late = (
+                f"late updates dropped {median([r.get('late_dropped', 0) for r in real]):.0f}"
+                f" / {median([v.get('late_dropped', 0) for v in virtual]):.0f}"
+            )
+            lacks = f"{lacks}; {late}" if lacks else late
         lines.append(
             f"{head} {row['ks']:.3f} ({row['noise_floor']:.3f}) {mark(ok['ks'])} | "
             f"{median([r['staleness_mean'] for r in real]):.2f} / "
@@ -414,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         "--reuse-real",
         default=None,
         metavar="DIR",
-        help="train only the virtual runs; the real ones are read from an earlier "
-        "invocation's --out (run on a quiet machine, say)",
+        help="train only the virtual runs; the real ones, and the calibration runs its "
+        "profiles are fitted to again, are read from an earlier invocation's --out (run on "
+        "a quiet machine, say)",
     )
     parser.add_argument(
         "--report-only",

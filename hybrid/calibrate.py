@@ -30,6 +30,7 @@ import os
 import pickle
 import platform
 import selectors
+import shutil
 import socket
 import statistics
 import struct
@@ -50,7 +51,7 @@ from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.appliers import WorkersApply
 from hybrid.core.worker import Worker
 from hybrid.envs import EnvInfo, describe
-from hybrid.protocol import ComputeGradient, Snapshot, Step, Update
+from hybrid.protocol import CollectExperience, ComputeGradient, Snapshot, Step, Update
 from hybrid.runtimes import RuntimeDefaults
 from hybrid.runtimes._parallel import (
     dumps_message,
@@ -63,7 +64,8 @@ from hybrid.runtimes._parallel import (
 from hybrid.stats import ks_distance
 
 DEFAULT_BUDGET_S = 15.0
-"""Seconds of measuring (setup aside): tasks take half, the loop a fifth, the rest the rest."""
+"""Seconds of measuring (setup aside): gradient tasks take 45 %, an actor's tasks and the
+learner 10 %, the loop a fifth, the rest the rest."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,10 @@ class Measurements:
     receive_s: dict[str, float]
     """Receive and unpickle one message, by kind."""
     measured_on: dict[str, Any]
+    collect_compute_s: float | None = None
+    """An actor's task (acting for a learner) beyond acting: pack the trajectory."""
+    learn_s: float = 0.0
+    """The learner's CPU per env step of a batch of actors' trajectories."""
 
 
 def _median_cpu_s(fn: Callable[[], object], budget_s: float, least: int = 5) -> float:
@@ -122,6 +128,34 @@ def _measure_tasks(worker: Worker, budget_s: float) -> tuple[float, float, float
     compute = max(statistics.fmean(tasks) - statistics.fmean(acting), 0.0)
     logs = np.log(np.maximum(tasks, 1e-9))
     return step_cost, compute, float(np.std(logs))
+
+
+def _measure_learning(
+    cfg: TrainConfig, info: EnvInfo, worker: Worker, step_cost: float, budget_s: float
+) -> tuple[float, float]:
+    """(an actor's fixed compute per task beyond acting, the learner's CPU per env step of
+    a batch of ``learner_batch`` of its trajectories): the work the ``hybrid`` scheduler
+    moves from the workers to the main process."""
+    from hybrid.trainer import initial_params, make_learner
+
+    snapshot = Snapshot(worker.flat.flat.clone(), 0, task=CollectExperience())
+    worker.run_task(snapshot)  # first-task costs: not ours
+    tasks: list[float] = []
+    updates: list[Update] = []
+    deadline = time.perf_counter() + 0.5 * budget_s
+    while len(tasks) < 5 or time.perf_counter() < deadline:
+        started = time.thread_time()
+        updates.append(worker.run_task(snapshot))
+        tasks.append(time.thread_time() - started)
+    compute = max(statistics.fmean(tasks) - step_cost * updates[-1].env_steps, 0.0)
+    learner = make_learner(cfg, info, CollectExperience)
+    model = assembly.global_model(cfg, initial_params(cfg, info), info.obs_dim)
+    batch = [u.payload for u in updates[-cfg.learner_batch :]]
+    env_steps = sum(u.env_steps for u in updates[-cfg.learner_batch :])
+    step = Step(batch=batch, lags=[0] * len(batch))
+    # the learner's own work: the directions it yields, not their applies (apply_s)
+    learning = _median_cpu_s(lambda: list(learner.steps(step, model, 0.0)), 0.5 * budget_s)
+    return compute, learning / env_steps
 
 
 class _InstantRuntime(RuntimeDefaults):
@@ -282,9 +316,10 @@ def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurement
     worker = Worker(0, assembly.worker_settings(cfg), info)
     try:
         worker.run_task(Snapshot(worker.flat.flat.clone(), 0))  # first-task costs: not ours
-        step_cost, compute, sigma = _measure_tasks(worker, 0.5 * budget_s)
+        step_cost, compute, sigma = _measure_tasks(worker, 0.45 * budget_s)
         template = worker.run_task(Snapshot(worker.flat.flat.clone(), 0))
         params = worker.flat.flat.clone()
+        collect_compute, learn_s = _measure_learning(cfg, info, worker, step_cost, 0.1 * budget_s)
     finally:
         worker.close()
     if not isinstance(template.payload, torch.Tensor):
@@ -343,6 +378,8 @@ def measure(cfg: TrainConfig, budget_s: float = DEFAULT_BUDGET_S) -> Measurement
         send_s=send_s,
         receive_s=receive_s,
         measured_on=measured_on,
+        collect_compute_s=collect_compute,
+        learn_s=learn_s,
     )
 
 
@@ -358,26 +395,28 @@ def profile_for(m: Measurements, runtime: str = "processes") -> ClusterProfile:
         raise ConfigError(f"runtime: unknown {runtime!r}; choose one of processes, ray")
     send, receive = m.send_s, m.receive_s
     if runtime == "processes":
-        overhead = (
+        moving = (
             receive["processes_task"]
             + m.slot_copy_s  # take the task, read θ
-            + m.task_compute_s
             + m.slot_copy_s
             + send["processes_result"]  # gradient into the slot, report
         )
         server_receive = receive["processes_result"] + m.slot_copy_s + m.loop_s
         snapshot, dispatch = m.snapshot_s, send["processes_task"]
     else:
-        overhead = receive["ray_task"] + m.task_compute_s + send["ray_result"]
+        moving = receive["ray_task"] + send["ray_result"]
         server_receive = receive["ray_result"] + m.loop_s
         # θ is copied and pickled once per version; every task sends those bytes
         snapshot = m.snapshot_s + max(send["ray_task"] - m.slot_copy_s, 0.0)
         dispatch = m.slot_copy_s  # a write of the pickled θ into the connection
+    collect = None if m.collect_compute_s is None else moving + m.collect_compute_s
     return ClusterProfile(
         runtime=runtime,
         cores=m.cores,
         step_cost_s=m.step_cost_s,
-        task_overhead_s=overhead,
+        task_overhead_s=moving + m.task_compute_s,
+        collect_overhead_s=collect,
+        learn_s=m.learn_s,
         jitter_sigma=m.jitter_sigma,
         receive_s=server_receive,
         apply_s=m.apply_s,
@@ -487,7 +526,30 @@ QUANTILES = 21
 
 
 def _quantiles(values: Sequence[float]) -> tuple[float, ...]:
-    return tuple(float(q) for q in np.quantile(values, np.linspace(0, 1, QUANTILES)))
+    """``QUANTILES`` evenly spaced quantiles of ``values``, whose draws keep their mean.
+
+    The clock draws from them by inverse CDF, linear between neighbours, so its draws'
+    mean is the mean of the trapezoids between them. As measured, the top quantile is the
+    sample's largest value (a task preempted once for milliseconds), which would then
+    stand for the whole top 5 % and raise that mean far above the sample's (by 31 % for
+    CartPole's task costs on a 2-core machine): throughput follows the mean, so the top
+    quantile is set to what keeps it, the others as measured."""
+    measured = np.quantile(values, np.linspace(0, 1, QUANTILES))
+    target = float(np.mean(values))
+    top = QUANTILES - 1
+    below_top = float(np.sum(measured[: top - 1] + measured[1:top])) / 2  # all but the top span
+    needed = 2 * (top * target - below_top) - measured[top - 1]
+    if needed >= measured[top - 1]:
+        measured[top] = needed
+    else:  # the spans below the top alone are above the mean: scale them all to it
+        measured = measured * target / _trapezoid_mean(measured)
+    return tuple(float(q) for q in measured)
+
+
+def _trapezoid_mean(quantiles: Sequence[float] | np.ndarray) -> float:
+    """The mean of draws from evenly spaced quantiles, linear between them."""
+    values = np.asarray(quantiles, dtype=float)
+    return float(np.mean((values[:-1] + values[1:]) / 2))
 
 
 def _run(cfg: TrainConfig, out: Path, **changes: Any) -> tuple[Path, dict[str, Any]]:
@@ -509,7 +571,9 @@ CALIBRATION_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
     # 4C the growth past them; async on processes is Hogwild!, whose gap from a result to
     # the next read is its own
     "processes": (("sync", "1"), ("sync", "C"), ("async", "1"), ("sync", "2C"), ("sync", "4C")),
-    "ray": (("sync", "1"), ("sync", "C")),
+    # ray's actors are processes too, which the node's kernel slices the same way; one
+    # point past the cores (its actors start slowly) and the slope through it
+    "ray": (("sync", "1"), ("sync", "C"), ("sync", "2C")),
 }
 MAX_GROWTH_WORKERS = 32
 """The 4C run is left out where it would start more workers than this (a big machine:
@@ -572,10 +636,16 @@ def measure_runtime(
     profile: ClusterProfile,
     seconds_per_run: float = 4.0,
     work_dir: Path | None = None,
+    refit_from: Path | None = None,
 ) -> ClusterProfile:
     """Short real runs of ``profile.runtime`` at N = 1 and N = cores; the clock's task cost,
     its distribution, the server's round trip, Hogwild!'s read delay and the cost growth
-    under contention fitted from their spans, and the fitted clock's residuals on them."""
+    under contention fitted from their spans, and the fitted clock's residuals on them.
+
+    ``refit_from``: the ``work_dir`` of an earlier calibration, whose real runs are fitted
+    again instead of running new ones (``profile`` is then that calibration's profile: its
+    costs are already a worker's, so the scale comes out 1). What a change to the clock
+    needs: the same measurements, modelled anew, nothing measured twice."""
     cores = profile.cores
     steps_per_task = cfg.rollout_steps * cfg.envs_per_worker
     modelled_task_s = profile.step_cost_s * steps_per_task + profile.task_overhead_s
@@ -600,8 +670,9 @@ def measure_runtime(
         if WORKERS_PER_CORE[n] * cores <= MAX_GROWTH_WORKERS or n in ("1", "C")
     ]
     cells = list(dict.fromkeys(cells))  # one core: N = C is N = 1
-    if profile.runtime == "processes":
+    if profile.runtime in ("processes", "ray"):
         # the kernel runs more busy workers than cores a slice at a time, not all at once
+        # (ray: this machine's kernel, taken to be what a cluster's nodes run)
         quantum, quantum_source = kernel_quantum()
         profile = dataclasses.replace(profile, quantum_s=quantum, quantum_source=quantum_source)
     real: dict[tuple[str, int], SpanStats] = {}
@@ -609,13 +680,17 @@ def measure_runtime(
         root = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for scheduler, workers in cells:
             name = f"real-{scheduler}-{workers}"
-            run_dir, summary = _run(
-                base,
-                root / name,
-                scheduler=scheduler,
-                workers=workers,
-                total_env_steps=budget(workers),
-            )
+            if refit_from is not None:
+                run_dir = Path(refit_from) / name
+                summary = json.loads((run_dir / "summary.json").read_text())
+            else:
+                run_dir, summary = _run(
+                    base,
+                    root / name,
+                    scheduler=scheduler,
+                    workers=workers,
+                    total_env_steps=budget(workers),
+                )
             real[(scheduler, workers)] = span_stats(run_dir, summary)
 
         alone = real[("sync", 1)]
@@ -635,34 +710,55 @@ def measure_runtime(
             profile,
             step_cost_s=profile.step_cost_s * scale,
             task_overhead_s=profile.task_overhead_s * scale,
+            # an actor's task runs in the same worker process, at the same scale
+            collect_overhead_s=(
+                None if profile.collect_overhead_s is None else profile.collect_overhead_s * scale
+            ),
             task_cost_quantiles=_quantiles([d / mean_task for d in alone.durations]),
             wake_s_quantiles=_quantiles(wake),
             read_delay_s=read_delay,
         )
+        # How a task's cost grows with N workers on C cores (contention up to C, the growth
+        # past it): fitted so that the clock's sync rounds keep the real runs' pace. Not
+        # from the spans: a real span past the cores holds waits for a core that the
+        # kernel spreads differently from the clock's slices, so span lengths disagree
+        # where throughput, which the fit is for, need not.
         contention = 0.0
         if cores > 1:
-            # the growth the clock does not already give the N = C run (sharing with the main
-            # process): the real tasks' mean cost over the clock's, at contention 0
-            crowded = real[("sync", cores)]
-            virtual = _virtual(base, fitted, root / "virtual-fit", "sync", cores, budget(cores))
-            ratio = statistics.fmean(crowded.durations) / statistics.fmean(virtual.durations)
-            contention = max(ratio - 1.0, 0.0) * cores / (cores - 1)
+            factor = _fit_cost_factor(
+                lambda f: (
+                    _virtual(
+                        base,
+                        dataclasses.replace(fitted, contention=(f - 1.0) * cores / (cores - 1)),
+                        root / "virtual-fit",
+                        "sync",
+                        cores,
+                        budget(cores),
+                    ).steps_per_s
+                ),
+                real[("sync", cores)].steps_per_s,
+            )
+            contention = max(factor - 1.0, 0.0) * cores / (cores - 1)
         fitted = dataclasses.replace(fitted, contention=min(contention, 100.0))
         growth_points = []
         for scheduler, workers in cells:
             if scheduler != "sync" or workers <= cores:
                 continue
-            # past the cores: the real tasks' median cost over the clock's without this
-            # growth. The median, not the mean: a real task's span there has a long tail of
-            # tasks preempted half-way (waiting inside their span, not costing more), which
-            # the clock's slices give where they happen; the median is the task's own cost
-            virtual = _virtual(
-                base, fitted, root / f"virtual-fit-{workers}", "sync", workers, budget(workers)
+            load = workers / cores
+            growth = _fit_cost_factor(
+                lambda g, w=workers, x=load: (
+                    _virtual(
+                        base,
+                        dataclasses.replace(fitted, growth_past_cores=((x, g),)),
+                        root / f"virtual-fit-{w}",
+                        "sync",
+                        w,
+                        budget(w),
+                    ).steps_per_s
+                ),
+                real[("sync", workers)].steps_per_s,
             )
-            ratio = statistics.median(real[("sync", workers)].durations) / statistics.median(
-                virtual.durations
-            )
-            growth_points.append((workers / cores, min(max(ratio, 1e-3), 100.0)))
+            growth_points.append((load, growth))
         if growth_points:
             fitted = dataclasses.replace(
                 fitted,
@@ -696,6 +792,7 @@ def measure_runtime(
             )
     fit = {
         "runs": [f"{s} N={n}" for s, n in cells],
+        **({"refit_from": str(refit_from)} if refit_from is not None else {}),
         "seconds_per_run": seconds_per_run,
         "in_process_task_s": modelled_task_s,
         "worker_task_s": mean_task,
@@ -706,6 +803,35 @@ def measure_runtime(
         "residuals": residuals,
     }
     return dataclasses.replace(fitted, fit=fit)
+
+
+FIT_ROUNDS = 4
+"""Clock runs per fitted cost factor (each a short virtual run)."""
+FIT_TOLERANCE = 0.02
+"""A fitted factor is kept once the clock's pace is within this of the real one."""
+
+
+def _fit_cost_factor(pace: Callable[[float], float], real_pace: float) -> float:
+    """The cost factor f at which the clock's steps/s, ``pace(f)``, is the real runs':
+    secant steps on log steps/s against log f (exact in two for a power law, steps/s ∝
+    f^-a: a = 1 where the workers' CPU sets the pace, less where the server's share
+    does), at most ``FIT_ROUNDS`` clock runs, f bounded to [0.1, 100]; the best f seen."""
+    tried: list[tuple[float, float]] = []  # (log f, log of pace over the real pace)
+    log_f, slope = 0.0, -1.0
+    for _ in range(FIT_ROUNDS):
+        miss = math.log(pace(math.exp(log_f)) / real_pace)
+        tried.append((log_f, miss))
+        if abs(miss) <= math.log1p(FIT_TOLERANCE):
+            break
+        if len(tried) > 1:
+            (f0, m0), (f1, m1) = tried[-2], tried[-1]
+            if f1 != f0 and (m1 - m0) / (f1 - f0) < -0.05:  # else the pace barely moves
+                slope = (m1 - m0) / (f1 - f0)
+        log_f = min(max(log_f - miss / slope, math.log(0.1)), math.log(100.0))
+        if any(abs(log_f - f) < 1e-9 for f, _ in tried):
+            break  # at a bound already tried: no better factor within it
+    best = min(tried, key=lambda t: abs(t[1]))
+    return math.exp(best[0])
 
 
 def growth_slope(points: Sequence[tuple[float, float]]) -> float:
@@ -726,7 +852,9 @@ def _virtual(
     workers: int,
     total_env_steps: int,
 ) -> SpanStats:
-    """The serial runtime's clock on ``profile`` for one calibration cell."""
+    """The serial runtime's clock on ``profile`` for one calibration cell (``out`` is
+    emptied first: a fit runs the same cell again with another factor)."""
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "profile.json"
     profile.save(path)
@@ -757,6 +885,16 @@ def describe_profile(profile: ClusterProfile) -> str:
         f"snapshot              {profile.snapshot_s * us:8.1f} µs per version dispatched",
         f"dispatch              {profile.dispatch_s * us:8.1f} µs per task sent",
     ]
+    if profile.collect_overhead_s is not None:
+        lines.append(
+            f"actor task overhead   {profile.collect_overhead_s * us:8.1f} µs per task"
+            " (read θ, pack and send a trajectory)"
+        )
+    if profile.learn_s:
+        lines.append(
+            f"learner               {profile.learn_s * us:8.2f} µs per env step trained on"
+            " (loss, V-trace, backward)"
+        )
     if profile.task_cost_quantiles:
         q = profile.task_cost_quantiles
         wake = profile.wake_s_quantiles

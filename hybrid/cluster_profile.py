@@ -34,7 +34,14 @@ MAX_COST_S = 3_600.0
 (step_cost_s): the clock's sums must stay finite over a whole run."""
 MAX_CORES = 65_536
 MAX_QUANTILES = 1_001
-WRITTEN_WHEN_SET = ("quantum_s", "quantum_source", "growth_past_cores", "growth_slope")
+WRITTEN_WHEN_SET = (
+    "quantum_s",
+    "quantum_source",
+    "growth_past_cores",
+    "growth_slope",
+    "collect_overhead_s",
+    "learn_s",
+)
 """Fields added to format 2 later: written only when set, so a profile without them keeps
 its digest (and the runs that cite it their citation)."""
 
@@ -81,7 +88,8 @@ class ClusterProfile:
     contention: float = 0.0
     """Cost growth beyond fair sharing: with N workers on C cores a task's CPU work is
     multiplied by 1 + contention × (min(N, C) − 1) / C (caches, memory bandwidth, the
-    main process's wake-ups), fitted from real runs at N = 1 and N = C."""
+    main process's wake-ups, cores that are hyperthreads of one), fitted so that the
+    clock's sync rounds at N = C keep a real run's pace."""
     fit: dict[str, Any] = field(default_factory=dict)
     """How the distributions were fitted and what the clock then predicted for the
     calibration runs themselves (residuals); information only."""
@@ -101,11 +109,20 @@ class ClusterProfile:
     growth_past_cores: tuple[tuple[float, float], ...] = ()
     """How a task's cost grows with more busy processes than cores: points (N / C, cost at
     N over the clock's cost there without this growth), N / C increasing and above 1,
-    measured from real runs at N = 2C (and 4C). The clock interpolates linearly from
+    fitted so that the clock's sync rounds at N = 2C (and 4C) keep a real run's pace. The clock interpolates linearly from
     (1, 1) through them; beyond the last it follows growth_slope. Empty: no growth."""
     growth_slope: float = 0.0
     """The least-squares slope of the cost factor per busy process per core beyond C, a
     line through (1, 1) fitted to growth_past_cores: the growth beyond the last point."""
+    collect_overhead_s: float | None = None
+    """An actor's fixed cost per task where it only acts for a learner (``hybrid``: take
+    the task and θ, pack and send the trajectory; no loss, no backward pass). None: not
+    measured, such a task costs task_overhead_s (profiles written before it was)."""
+    learn_s: float = 0.0
+    """The main process's learner, per env step of the experience it trains on (the
+    loss, V-trace and backward pass over a batch of trajectories, or a replay's
+    minibatches), on top of apply_s per optimizer step. 0: not measured (profiles
+    written before it was), a learner step costs apply_s alone."""
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -192,6 +209,12 @@ class ClusterProfile:
             values["growth_slope"] = _bounded(bad, "growth_slope", values["growth_slope"], 100.0)
         if "growth_past_cores" in values:
             values["growth_past_cores"] = _growth_points(bad, values["growth_past_cores"])
+        if values.get("collect_overhead_s") is not None:  # null: not measured
+            values["collect_overhead_s"] = _bounded(
+                bad, "collect_overhead_s", values["collect_overhead_s"], MAX_COST_S
+            )
+        if "learn_s" in values:
+            values["learn_s"] = _bounded(bad, "learn_s", values["learn_s"], MAX_COST_S)
         return cls(**values)
 
     @classmethod

@@ -228,14 +228,19 @@ def test_sharing_fewer_cores_slows_the_virtual_clock(tiny_config, tmp_path, sche
 # time slices shorter than a task (10 steps at 1e-4 s) and more workers than cores: every
 # part of the sliced cores' state (queue, slices left, first runs) is in the checkpoints
 SLICED = {"quantum_s": 4e-4, "growth_past_cores": ((2.0, 1.2),), "jitter_sigma": 0.3}
+# a learner's work on the main process: what it has not trained on yet is in the checkpoints
+LEARNING = {"learn_s": 3e-5, "collect_overhead_s": 2e-4, "jitter_sigma": 0.3}
 
 
-@pytest.mark.parametrize("machine, workers", [({}, 3), (SLICED, 4)])
-def test_a_profiled_run_resumes_bit_exact(tiny_config, tmp_path, machine, workers):
+@pytest.mark.parametrize(
+    "machine, workers, scheduler", [({}, 3, "async"), (SLICED, 4, "async"), (LEARNING, 3, "hybrid")]
+)
+def test_a_profiled_run_resumes_bit_exact(tiny_config, tmp_path, machine, workers, scheduler):
     path = write_profile(
         tmp_path / "machine.json", cores=2, receive_s=1e-4, apply_s=2e-4, **machine
     )
     cfg = tiny_config(
+        scheduler=scheduler,
         workers=workers,
         total_env_steps=1_500,
         checkpoint_every=15,
@@ -314,7 +319,10 @@ def test_calibrate_writes_a_profile_that_train_runs_on(tiny_config, tmp_path, ca
 def test_calibrate_for_ray_and_its_errors(tmp_path, capsys):
     path = tmp_path / "ray.json"
     assert cli_main(["calibrate", "--runtime", "ray", "--out", str(path), "--budget-s", "0.2"]) == 0
-    assert ClusterProfile.load(path).runtime == "ray"
+    profile = ClusterProfile.load(path)
+    assert profile.runtime == "ray"
+    # ray's actors are processes on the kernel's time slices too, measured past the cores
+    assert profile.quantum_s > 0 and [load for load, _ in profile.growth_past_cores] == [2.0]
     capsys.readouterr()
     assert cli_main(["calibrate", "--out", str(tmp_path / "machine.txt")]) == 2
     assert cli_main(["calibrate", "--out", str(path), "--env", "NoSuchEnv-v0"]) == 2

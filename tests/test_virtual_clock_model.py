@@ -14,6 +14,7 @@ from hybrid import calibrate
 from hybrid.cli import main as cli_main
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.errors import ConfigError
+from hybrid.protocol import CollectExperience, Payload
 from hybrid.runtimes.virtual_cluster import SharedCores, TimeSlicedCores, _inverse_cdf
 
 TASK_S = 10 * 1e-4  # tiny_config: 2 envs x 5 steps at hand_profile's 1e-4 s per step
@@ -91,6 +92,26 @@ def test_inverse_cdf_of_evenly_spaced_quantiles():
     assert _inverse_cdf((0.0, 1.0, 3.0), 1.0) == 3.0
 
 
+def test_fitted_quantiles_keep_the_sample_mean_despite_a_long_tail():
+    # 999 tasks of 1 ms and one preempted for 20 ms: the top quantile as measured (20 ms)
+    # would stand for the top 5 % of draws, a mean of 1.475 ms; the fit keeps 1.019 ms
+    sample = np.array([1e-3] * 999 + [20e-3])
+    measured = np.quantile(sample, np.linspace(0, 1, calibrate.QUANTILES))
+    assert calibrate._trapezoid_mean(measured) == pytest.approx(1.475e-3)
+    fitted = calibrate._quantiles(sample)
+    assert calibrate._trapezoid_mean(fitted) == pytest.approx(sample.mean())
+    assert fitted[:-1] == pytest.approx(measured[:-1])  # the body as measured
+    draws = [_inverse_cdf(fitted, u) for u in np.linspace(0, 1, 100_001)]
+    assert np.mean(draws) == pytest.approx(sample.mean(), rel=1e-4)
+
+
+def test_fitted_quantiles_of_a_sample_heavy_below_are_scaled_to_its_mean():
+    sample = np.array([0.0] * 30 + [1.0] * 970)  # the top span alone cannot lower the mean
+    fitted = calibrate._quantiles(sample)
+    assert calibrate._trapezoid_mean(fitted) == pytest.approx(sample.mean())
+    assert list(fitted) == sorted(fitted)
+
+
 def test_task_costs_follow_the_measured_quantiles(tiny_config):
     # uniform on [0.5, 1.5] (two quantiles): a task costs W x U, of mean W
     profile = hand_profile(cores=64, task_cost_quantiles=(0.5, 1.5))
@@ -122,6 +143,45 @@ def test_hogwild_read_delay_moves_the_next_read(tiny_config):
         assert first.cost_s == pytest.approx(TASK_S + 0.0005 + 0.002)
         assert second.started_s == pytest.approx(first.finished_s)
         assert second.cost_s == pytest.approx(TASK_S + 0.0005 + 0.002)
+    finally:
+        runtime.close()
+
+
+def test_an_actor_costs_its_own_overhead_and_the_learner_what_it_trains_on(tiny_config):
+    # one actor, one learner step per trajectory of n env steps: each round trip is
+    # (n × step + actor overhead) + R + (A + n × learn) + S + D, the learner's n × learn
+    # on the main process rather than a loss and backward pass in the actor
+    costs = dict(receive_s=0.001, apply_s=0.0004, snapshot_s=0.0003, dispatch_s=0.0002)
+    actor_overhead, learn_s, env_steps = 0.0007, 2e-5, 10  # 2 envs x 5 steps
+    profile = hand_profile(
+        **costs, task_overhead_s=0.005, collect_overhead_s=actor_overhead, learn_s=learn_s
+    )
+    runtime, model = _runtime(tiny_config, profile, workers=1, lock_free=False)
+    actor_task = TASK_S + actor_overhead
+    cycle = actor_task + sum(costs.values()) + learn_s * env_steps
+    try:
+        for k in range(4):
+            runtime.dispatch(0, model.snapshot(CollectExperience()))
+            update = runtime.next_update()
+            assert update.kind is Payload.TRAJECTORY and update.env_steps == env_steps
+            assert update.cost_s == pytest.approx(actor_task)
+            assert update.started_s == pytest.approx(0.0005 + k * cycle)  # S + D first
+            model.version += 1  # the learner's step on it
+    finally:
+        runtime.close()
+
+
+def test_a_gradient_task_on_a_learning_profile_costs_as_before(tiny_config):
+    profile = hand_profile(task_overhead_s=0.005, collect_overhead_s=0.0007, learn_s=2e-5)
+    runtime, model = _runtime(tiny_config, profile, workers=1, lock_free=False)
+    try:
+        for _ in range(3):
+            runtime.dispatch(0, model.snapshot())
+            assert runtime.next_update().cost_s == pytest.approx(TASK_S + 0.005)
+            model.version += 1  # a gradient: nothing for a learner to train on
+        before = runtime.virtual_time()
+        runtime.dispatch(0, model.snapshot())  # charges the last apply: no learning
+        assert runtime.next_update().finished_s == pytest.approx(before + TASK_S + 0.005)
     finally:
         runtime.close()
 
@@ -194,6 +254,8 @@ def test_calibrate_fits_the_runtime_from_its_own_runs(tmp_path, capsys):
     assert [load for load, _ in profile.growth_past_cores] == [2.0, 4.0]
     assert profile.growth_slope == calibrate.growth_slope(profile.growth_past_cores)
     assert profile.quantum_s > 0 and "base slice" in profile.quantum_source
+    # the hybrid scheduler's split: an actor's task, the learner's work per env step
+    assert profile.collect_overhead_s is not None and profile.learn_s > 0
     detail = profile.measured_on["machine_detail"]
     assert detail["cores"] == 1 and detail["torch"] and detail["cpu_model"] is not None
     assert json.loads(path.read_text())["format"] == 2
@@ -377,8 +439,20 @@ def test_a_task_at_twice_the_core_count_costs_the_fitted_point(tiny_config):
 
 def test_a_profile_without_the_new_fields_keeps_its_digest(tmp_path):
     profile = hand_profile(cores=2)
-    assert not set(profile.to_dict()) & {"quantum_s", "growth_past_cores", "growth_slope"}
-    sliced = hand_profile(cores=2, quantum_s=0.004, growth_past_cores=((2.0, 1.1),))
+    assert not set(profile.to_dict()) & {
+        "quantum_s",
+        "growth_past_cores",
+        "growth_slope",
+        "collect_overhead_s",
+        "learn_s",
+    }
+    sliced = hand_profile(
+        cores=2,
+        quantum_s=0.004,
+        growth_past_cores=((2.0, 1.1),),
+        collect_overhead_s=1e-4,
+        learn_s=1e-5,
+    )
     path = tmp_path / "sliced.json"
     sliced.save(path)
     assert ClusterProfile.load(path) == sliced
@@ -391,6 +465,9 @@ def test_a_profile_without_the_new_fields_keeps_its_digest(tmp_path):
         ("growth_past_cores", [[2, 1.2], [2, 1.3]], "increasing"),
         ("quantum_s", -1, "quantum_s must be in"),
         ("quantum_source", 5, "quantum_source must be a string"),
+        ("learn_s", -1, "learn_s must be in"),
+        ("learn_s", None, "learn_s must be a number"),
+        ("collect_overhead_s", "fast", "collect_overhead_s must be a number"),
     ],
 )
 def test_bad_time_slice_or_growth_fields_are_one_line_errors(field, value, message):
@@ -398,6 +475,27 @@ def test_bad_time_slice_or_growth_fields_are_one_line_errors(field, value, messa
     with pytest.raises(ConfigError, match=message) as caught:
         ClusterProfile.from_dict(values)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("power", [0.3, 1.0, 1.5])
+@pytest.mark.parametrize("truth", [0.7, 2.5])
+def test_a_cost_factor_is_fitted_to_the_real_pace(power, truth):
+    # the clock's steps/s falls as f^-a (a < 1: the server's share of the pace): the fit
+    # finds the factor at which it is the real runs' within its tolerance and its rounds
+    runs = []
+
+    def pace(factor):
+        runs.append(factor)
+        return 1_000.0 * (truth / factor) ** power
+
+    fitted = calibrate._fit_cost_factor(pace, 1_000.0)
+    assert pace(fitted) == pytest.approx(1_000.0, rel=calibrate.FIT_TOLERANCE)
+    assert len(runs) - 1 <= calibrate.FIT_ROUNDS
+
+
+def test_a_pace_the_factor_cannot_move_keeps_the_best_factor_tried():
+    fitted = calibrate._fit_cost_factor(lambda factor: 500.0, 1_000.0)  # server-bound
+    assert fitted == 1.0
 
 
 def test_the_growth_slope_is_the_least_squares_line_through_one():

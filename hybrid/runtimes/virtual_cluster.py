@@ -67,7 +67,7 @@ from hybrid.checkpoint import update_from_state, update_to_state
 from hybrid.clients import ClientCostModel, ClientSettings
 from hybrid.cluster_profile import ClusterProfile
 from hybrid.envs import EnvInfo
-from hybrid.protocol import Snapshot, TrainLocally, Update
+from hybrid.protocol import CollectExperience, Payload, Snapshot, TrainLocally, Update
 from hybrid.runtimes.pool import EdgeClients
 from hybrid.runtimes.serial import JITTER, SPEEDS, SerialRuntime
 from hybrid.seeding import CLOCK, stream
@@ -409,6 +409,9 @@ class ProfiledSerialRuntime(SerialRuntime):
         # cost growth beyond fair sharing, measured with N workers on C cores
         self.growth = profile.cost_growth(settings.workers)
         self._charged_version = version()
+        self._unlearned_env_steps = 0
+        """Env steps of the experience received since the last optimizer step, which the
+        main process's learner trains on at its next (``learn_s`` each)."""
         self._published_version: int | None = None
 
     # -- the Runtime protocol --
@@ -422,10 +425,14 @@ class ProfiledSerialRuntime(SerialRuntime):
         self._serve(profile.dispatch_s)
         update = self.workers[worker_id].run_task(snapshot)
         started = time.perf_counter()
-        # a federated round's task takes local_steps optimizer steps, each with its overhead
+        # a federated round's task takes local_steps optimizer steps, each with its overhead;
+        # an actor's only acts and sends (the learner's loss is the main process's work)
         task = snapshot.task
         steps = task.steps if isinstance(task, TrainLocally) else 1
-        work = update.env_steps * profile.step_cost_s + steps * profile.task_overhead_s
+        overhead = profile.task_overhead_s
+        if isinstance(task, CollectExperience) and profile.collect_overhead_s is not None:
+            overhead = profile.collect_overhead_s
+        work = update.env_steps * profile.step_cost_s + steps * overhead
         if self.hogwild:
             work += profile.apply_s  # the worker steps the shared θ itself
         work *= self.growth * self._cost_factor(worker_id)
@@ -454,6 +461,8 @@ class ProfiledSerialRuntime(SerialRuntime):
                 raise RuntimeError("no task in flight and none started: the scheduler stalled")
         _, _, update = heapq.heappop(self._arrived)
         self._serve(self.profile.receive_s)
+        if update.kind is Payload.TRAJECTORY:  # the learner trains on it when its batch is full
+            self._unlearned_env_steps += update.env_steps
         self._mark_free(update.worker_id)
         self.bookkeeping_s += time.perf_counter() - started
         return update
@@ -564,7 +573,10 @@ class ProfiledSerialRuntime(SerialRuntime):
         steps = version - self._charged_version
         self._charged_version = version
         if steps > 0 and not self.hogwild:  # under Hogwild! the workers applied them
-            self._serve(steps * self.profile.apply_s)
+            # a learner's steps trained on the experience received since the last ones
+            learning = self.profile.learn_s * self._unlearned_env_steps
+            self._unlearned_env_steps = 0
+            self._serve(steps * self.profile.apply_s + learning)
 
     # -- checkpoints --
 
@@ -578,6 +590,7 @@ class ProfiledSerialRuntime(SerialRuntime):
             "arrived": [(t, seq, update_to_state(u)) for t, seq, u in self._arrived],
             "delivering": [(t, seq, w, update_to_state(u)) for t, seq, w, u in self._delivering],
             "charged_version": self._charged_version,
+            "unlearned_env_steps": self._unlearned_env_steps,
             "published_version": self._published_version,
             "jitter": list(self.cost.jitter),
             "workers": [w.state_dict() for w in self.workers],
@@ -597,6 +610,7 @@ class ProfiledSerialRuntime(SerialRuntime):
         ]
         heapq.heapify(self._delivering)
         self._charged_version = int(state["charged_version"])
+        self._unlearned_env_steps = int(state.get("unlearned_env_steps", 0))  # older: none
         self._published_version = state["published_version"]
         self.cost.jitter = list(state["jitter"])
         for worker, worker_state in zip(self.workers, state["workers"], strict=True):
