@@ -131,9 +131,9 @@ def test_actor_learner_is_full_from_exactly_the_batch_size():
     assert not s.full()
     s.admit(make_update(1, 0, [1.0]), staleness=0)
     assert s.full()
-    s.admit(make_update(0, 1, [1.0]), staleness=0)  # a runtime may deliver past the batch
+    s.admit(make_update(0, 1, [1.0]), staleness=0)  # past the batch: still full
     assert s.full()
-    assert len(s.combine().batch) == 3  # nothing buffered is lost
+    assert len(s.combine().batch) == 3  # and nothing buffered is left out of the step
 
 
 def test_actor_learner_combines_nothing_into_no_step():
