@@ -204,6 +204,30 @@ def test_sync_restores_a_round_from_its_state():
     assert s.ready([0, 1, 2], 1) == [0, 1, 2]  # a closed round: the next one opens
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Sync(2),
+        lambda: Async(2),
+        lambda: Bounded(2, BoundedSettings(staleness_bound=3)),
+        lambda: ActorLearner(2, ActorLearnerSettings(learner_batch=2, max_policy_lag=5)),
+    ],
+    ids=["sync", "async", "bounded", "hybrid"],
+)
+def test_a_buffered_update_keeps_its_staleness_for_the_checkpoint(make):
+    """The loop checkpoints the buffer as (update, staleness) pairs (``scheduler_buffer``)
+    and a resume refuses a staleness that is not a count: even a scheduler whose step
+    ignores it must keep the real one."""
+    s = make()
+    s.ready([0, 1], 0)
+    update = make_update(1, 0, [1.0])
+    assert s.admit(update, staleness=2) is Verdict.BUFFER
+    assert len(s.buffer) == 1
+    kept, staleness = s.buffer[0]
+    assert kept is update
+    assert staleness == 2 and type(staleness) is int
+
+
 # Scheduler (base)
 
 
