@@ -252,6 +252,211 @@ def plain_data(value: Any, where: str, depth: int = 0) -> None:
         raise invalid(where, "a setting (text, number, true/false, list or table)", value)
 
 
+# --- optimizer state -----------------------------------------------------------------------------
+# torch's Optimizer.load_state_dict checks only that each parameter group has as many
+# parameters as the live one. A parameter whose state (or one moment of it) is missing is
+# taken for one that has not stepped yet, and its moments restart from zero; a moment of
+# the wrong shape fails at the next step, deep in the run; a nan one poisons θ. Each would
+# make the resumed run silently differ from the uninterrupted one, so a checkpoint's
+# optimizer state is checked against the optimizer it is about to be loaded into.
+
+
+def check_optimizer_state(
+    saved: Any, optimizer: torch.optim.Optimizer, where: str, steps: int | None = None
+) -> None:
+    """Check ``saved`` (an ``optimizer.state_dict()`` read from a checkpoint) against the
+    live ``optimizer`` before ``optimizer.load_state_dict(saved)``; anything that does not
+    fit is a CheckpointError naming its place under ``where``.
+
+    The parameter groups must be the live ones (as many, the same parameter ids, every
+    hyperparameter of the kind the live group holds). Each parameter's state must hold
+    exactly the entries that this optimizer creates on a step of those parameters (found by
+    taking one, on a copy: a new optimizer type is checked without a list to update here),
+    each moment a finite floating-point tensor shaped like its parameter, ``step`` a whole
+    number, the same for every parameter. The optimizer steps all its parameters together
+    (hybrid's models are one flat θ; a step gives every parameter its state), so either all
+    have state or none does. ``steps``: how many steps the optimizer has taken, when the
+    caller knows (the global model's version when the server alone steps it): then every
+    parameter's state must be there once it is more than 0, and its ``step`` equal it."""
+    saved = table(saved, where)
+    live_groups = optimizer.state_dict()["param_groups"]
+    groups = items(entry(saved, "param_groups", where), f"{where}.param_groups")
+    if len(groups) != len(live_groups):
+        raise CheckpointError(
+            f"{where}.param_groups: {len(groups)} groups, but the optimizer has {len(live_groups)}"
+        )
+    probe = _stepped_copy(optimizer)
+    probes = [p for group in probe.param_groups for p in group["params"]]
+    expected = [dict(probe.state.get(p, {})) for p in probes]
+    # what torch's load_state_dict makes of the saved groups: it fills in an option that a
+    # checkpoint of an older torch lacks with its default, as it would for the live one
+    defaulted = _groups_as_loaded(probe, groups)
+    ids: list[int] = []
+    for i, (group, live) in enumerate(zip(groups, live_groups, strict=True)):
+        here = f"{where}.param_groups[{i}]"
+        table(group, here)
+        saved_ids = counts(entry(group, "params", here), f"{here}.params")
+        if saved_ids != live["params"]:
+            raise invalid(f"{here}.params", f"the optimizer's ids {live['params']}", saved_ids)
+        ids += saved_ids
+        for key, value in live.items():
+            if key != "params":
+                found = group[key] if key in group else defaulted[i].get(key, _MISSING)
+                if found is _MISSING:
+                    raise CheckpointError(f"{here}.{key}: missing")
+                _same_kind(found, value, f"{here}.{key}")
+    states = table(entry(saved, "state", where), f"{where}.state")
+    unknown = [k for k in states if isinstance(k, bool) or not isinstance(k, int) or k not in ids]
+    if unknown:
+        raise CheckpointError(
+            f"{where}.state: holds {_shown(unknown[0])}, which is no parameter of the optimizer"
+        )
+    if not any(expected):  # this optimizer keeps no state (SGD without momentum)
+        if states:
+            raise CheckpointError(
+                f"{where}.state: holds state for parameter {_shown(next(iter(states)))}, "
+                f"which {type(optimizer).__name__} with these options never keeps"
+            )
+        return
+    having = [pid for pid in ids if pid in states]
+    if steps is not None:
+        # with no step yet the state may still be there, made up front (Hogwild!'s shared
+        # statistics): its step is then checked to be 0
+        if steps > 0 and len(having) < len(ids):
+            missing = next(pid for pid in ids if pid not in states)
+            raise CheckpointError(
+                f"{where}.state[{missing}]: missing (the optimizer has taken {steps} steps)"
+            )
+    elif having and len(having) < len(ids):
+        missing = next(pid for pid in ids if pid not in states)
+        raise CheckpointError(
+            f"{where}.state[{missing}]: missing (parameter {having[0]} has state: every "
+            "parameter gets its state on the same step)"
+        )
+    first_step: tuple[int, int] | None = None
+    for pid, model in zip(ids, expected, strict=True):
+        if pid not in states:
+            continue
+        here = f"{where}.state[{pid}]"
+        state = table(states[pid], here)
+        for key in model:
+            if key not in state:
+                raise CheckpointError(f"{here}.{key}: missing")
+        extra = [key for key in state if key not in model]
+        if extra:
+            raise CheckpointError(
+                f"{here}: holds {_shown(extra[0])}, which {type(optimizer).__name__} does not keep"
+            )
+        for key, value in model.items():
+            if key == "step":
+                step = _whole_step(state[key], f"{here}.step")
+                if steps is not None and step != _counted(steps, state[key]):
+                    raise CheckpointError(
+                        f"{here}.step: {step}, but the optimizer has taken {steps} steps"
+                    )
+                if first_step is not None and step != first_step[1]:
+                    raise CheckpointError(
+                        f"{here}.step: {step}, but state[{first_step[0]}].step is "
+                        f"{first_step[1]}: every parameter steps together"
+                    )
+                first_step = first_step or (pid, step)
+            elif isinstance(value, torch.Tensor):
+                moment = tensor(state[key], f"{here}.{key}")
+                if moment.shape != value.shape:
+                    raise invalid(
+                        f"{here}.{key}", f"a tensor of shape {tuple(value.shape)}", moment
+                    )
+                if not bool(torch.isfinite(moment).all()):
+                    raise CheckpointError(f"{here}.{key}: not all finite (nan or ±inf)")
+            else:
+                _same_kind(state[key], value, f"{here}.{key}")
+
+
+_MISSING = object()
+
+
+def _stepped_copy(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """An optimizer of ``optimizer``'s type and options over zero tensors shaped like its
+    parameters, after one step: the state it holds is what a step of the live one makes."""
+    groups = [
+        {
+            **{k: v for k, v in group.items() if k != "params"},
+            "params": [
+                torch.zeros(p.shape, dtype=p.dtype, requires_grad=p.requires_grad)
+                for p in group["params"]
+            ],
+        }
+        for group in optimizer.param_groups
+    ]
+    probe = type(optimizer)(groups, **optimizer.defaults)
+    for group in probe.param_groups:
+        for p in group["params"]:
+            p.grad = torch.zeros_like(p)
+    from hybrid.core.global_model import plain_step  # the same state, without torch's wrappers
+
+    with torch.no_grad():
+        if not plain_step(probe):
+            probe.step()
+    return probe
+
+
+def _groups_as_loaded(probe: torch.optim.Optimizer, groups: list[Any]) -> list[dict[str, Any]]:
+    """The saved ``groups`` as torch's load_state_dict leaves them (with its defaults for
+    options they lack), loaded into ``probe`` (whose state that replaces); ``{}`` for each
+    when torch refuses them (the check of each option then says what is wrong)."""
+    if not all(isinstance(group, dict) for group in groups):
+        return [{} for _ in groups]
+    shaped, offset = [], 0
+    for group, live in zip(groups, probe.param_groups, strict=True):
+        count_ = len(live["params"])  # torch numbers the parameters across the groups
+        shaped.append({**group, "params": list(range(offset, offset + count_))})
+        offset += count_
+    try:
+        probe.load_state_dict({"state": {}, "param_groups": shaped})
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError):
+        return [{} for _ in groups]
+    return [dict(group) for group in probe.param_groups]
+
+
+def _same_kind(found: Any, value: Any, where: str) -> None:
+    """``found`` is of ``value``'s kind: true/false, a finite number, text, nothing, or a
+    list of as many finite numbers (Adam's betas)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        kinds = {bool: "true or false", str: "text", type(None): "nothing (None)"}
+        if type(found) is not type(value):
+            raise invalid(where, kinds[type(value)], found)
+    elif isinstance(value, int | float):
+        real(found, where)
+    elif isinstance(value, list | tuple):
+        reals(items(found, where, length=len(value)), where)
+    elif isinstance(value, torch.Tensor):
+        tensor(found, where, numel=value.numel())
+    elif type(found) is not type(value):
+        raise invalid(where, f"a {type(value).__name__}", found)
+
+
+def _whole_step(value: Any, where: str) -> int:
+    """An optimizer's ``step``: torch keeps it in a one-number tensor (an int before 1.12)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool:
+            raise invalid(where, "a whole number", value)
+        number = value.item()
+        if isinstance(number, float):
+            if not math.isfinite(number) or number != int(number):
+                raise invalid(where, "a whole number", number)
+            number = int(number)
+        return count(number, where)
+    return count(value, where)
+
+
+def _counted(steps: int, stored: Any) -> int:
+    """What a ``step`` kept as ``stored`` reads after ``steps`` steps: a float32 step (torch's)
+    counts whole numbers only up to 2**24, where ``step += 1`` stops changing it."""
+    if isinstance(stored, torch.Tensor) and stored.is_floating_point():
+        return min(steps, round(2 / torch.finfo(stored.dtype).eps))  # 2**24 for float32
+    return steps
+
+
 def check_state(state: dict[str, Any]) -> None:
     """The parts of a checkpoint every run writes (``Training.checkpoint``): their kinds
     and sizes. The components' own states (scheduler, learner, runtime, applier) are

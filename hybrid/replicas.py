@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybrid import checkpoint as check
 from hybrid.core.global_model import GlobalModel
 from hybrid.protocol import Payload, Snapshot, Step, Task
 from hybrid.runtimes.shared_replicas import REPLICA_READ, ReplicaExchange
@@ -145,6 +146,9 @@ class ReplicaApplier:
         self.applied += 1
         model.params.copy_(self.average())
         model.count_version()
+
+    def optimizer_steps(self, version: int) -> int | None:
+        return 0  # the replicas' optimizers step; the global model's never does
 
     def refresh(self, model: GlobalModel) -> None:
         """The global model is the replicas' average as they are now: after the runtime has
@@ -256,14 +260,18 @@ class ReplicaApplier:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved_states = check.items(
+            check.entry(state, "optimizers", "applier"), "applier.optimizers", len(self.optimizers)
+        )
+        for k, (optimizer, saved) in enumerate(zip(self.optimizers, saved_states, strict=True)):
+            # a replica steps only when its worker's update arrives: how often is not kept
+            check.check_optimizer_state(saved, optimizer.optimizer, f"applier.optimizers[{k}]")
         self.rows.copy_(state["rows"])
         self.weights.copy_(state["weights"])
         self.push_sum = bool(state["push_sum"])
         device = self.rows.device
         self.in_flight = [(int(n), r.to(device), w) for n, r, w in state["in_flight"]]
-        for k, (optimizer, saved) in enumerate(
-            zip(self.optimizers, state["optimizers"], strict=True)
-        ):
+        for k, (optimizer, saved) in enumerate(zip(self.optimizers, saved_states, strict=True)):
             optimizer.optimizer.load_state_dict(saved)
             if self.shared is not None:  # the workers step the shared statistics: fill them
                 loaded = optimizer.optimizer.state[optimizer.param]

@@ -462,23 +462,63 @@ def _state_mutations(state: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]
     return build()
 
 
+OPTIMIZER_DAMAGE = ("entry deleted", "moment deleted", "shape", "nan", "step", "extra group")
+"""What torch's load_state_dict takes from an optimizer state and resumes from silently."""
+
+
 @st.composite
-def checkpoint_files(draw: st.DrawFn, base: Path) -> bytes:
+def _optimizer_damage(draw: st.DrawFn, state: dict[str, Any]) -> dict[str, Any]:
+    """The global model's optimizer state with one of OPTIMIZER_DAMAGE done to it."""
+    doc = copy.deepcopy(state)
+    optimizer = doc["global_model"]["optimizer"]
+    entries = optimizer["state"]
+    damage = draw(st.sampled_from(OPTIMIZER_DAMAGE))
+    pid = draw(st.sampled_from(sorted(entries))) if entries else None
+    moments = sorted(k for k in entries.get(pid, {}) if k != "step")
+    key = draw(st.sampled_from(moments)) if moments else None
+    if damage == "extra group" or pid is None:
+        optimizer["param_groups"].append(copy.deepcopy(optimizer["param_groups"][0]))
+    elif damage == "entry deleted":
+        del entries[pid]
+    elif damage == "moment deleted" and key is not None:
+        del entries[pid][key]
+    elif damage == "shape" and key is not None:
+        entries[pid][key] = draw(
+            st.sampled_from([torch.zeros(3), torch.zeros(0), torch.tensor(1.0)])
+        )
+    elif damage == "nan" and key is not None:
+        entries[pid][key] = entries[pid][key].clone()
+        entries[pid][key][draw(st.integers(0, entries[pid][key].numel() - 1))] = draw(
+            st.sampled_from([float("nan"), float("inf"), -float("inf")])
+        )
+    elif "step" in entries[pid]:
+        entries[pid]["step"] = entries[pid]["step"] + draw(st.sampled_from([-1, 1, 0.5, -1e9]))
+    else:
+        del entries[pid]
+    return doc
+
+
+@st.composite
+def checkpoint_files(draw: st.DrawFn, base: Path) -> tuple[str, bytes]:
+    """A checkpoint damaged as bytes, with hostile values, or with its optimizer's state
+    damaged (which must be refused), and which of the three."""
     newest = list_checkpoints(base)[-1]
     data = newest.read_bytes()
-    if draw(st.booleans()):  # the file damaged as bytes
-        return draw(damaged(data))
+    how = draw(st.sampled_from(["bytes", "values", "optimizer"]))
+    if how == "bytes":  # the file damaged as bytes
+        return how, draw(damaged(data))
     state = torch.load(newest, weights_only=True)
-    hostile = draw(_state_mutations(state))
+    hostile = draw(_state_mutations(state) if how == "values" else _optimizer_damage(state))
     buffer = io.BytesIO()
     torch.save(hostile, buffer)
-    return buffer.getvalue()
+    return how, buffer.getvalue()
 
 
 def test_a_hostile_checkpoint_resumes_or_is_refused_in_one_line(checkpointed_run) -> None:
     @HOSTILE_SETTINGS
     @given(checkpoint_files(checkpointed_run))
-    def resume_from(data: bytes) -> None:
+    def resume_from(file: tuple[str, bytes]) -> None:
+        how, data = file
         folder = scratch()
         try:
             run = folder / "run"
@@ -487,9 +527,11 @@ def test_a_hostile_checkpoint_resumes_or_is_refused_in_one_line(checkpointed_run
             for path in list_checkpoints(run)[:-1]:
                 path.unlink()
             list_checkpoints(run)[-1].write_bytes(data)
-            check_outcome(
+            outcome = check_outcome(
                 "checkpoint", lambda: hybrid.train(resume=str(run)), (ConfigError, CheckpointError)
             )
+            if how == "optimizer":  # torch's load_state_dict would take it: we must not
+                assert outcome == "refused (ConfigError)" or outcome.startswith("DEFECT")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

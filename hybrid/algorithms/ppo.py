@@ -58,6 +58,7 @@ from torch import nn
 
 from hybrid.algorithms.a2c import gae
 from hybrid.algorithms.rollout import Rollout, concat_rollouts
+from hybrid.checkpoint import check_optimizer_state
 from hybrid.core.global_model import GlobalModel
 from hybrid.core.learner import Learner
 from hybrid.nets import FlatParams
@@ -435,14 +436,8 @@ class LocalPPO:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         s = self.settings
         if self.optimizer is None:
-            # Adam over the one flat buffer the model's parameters are views of: a single
-            # tensor per step instead of one per layer (the step is a large share of PPO's cost).
-            self.param = nn.Parameter(flat.flat, requires_grad=False)
-            self.optimizer = torch.optim.Adam([self.param], lr=s.lr, eps=s.adam_eps)
-            if self.pending_optimizer_state is not None:
-                self.optimizer.load_state_dict(self.pending_optimizer_state)
-                self.pending_optimizer_state = None
-        assert self.param is not None
+            self.build(flat)
+        assert self.param is not None and self.optimizer is not None
         start = flat.flat.clone()
         batch = self.prepare(model, rollout, self.value_norm, s.batch_normalizes, True)
         window = _StatsWindow()
@@ -466,6 +461,20 @@ class LocalPPO:
         delta = start - flat.flat
         return delta, window.drain()
 
+    def build(self, flat: FlatParams, where: str = "the local optimizer") -> None:
+        """Make the local Adam over ``flat`` (on the first task, or at once on a resume) and
+        load a restored state into it, checked first (a CheckpointError naming ``where``)."""
+        s = self.settings
+        # Adam over the one flat buffer the model's parameters are views of: a single
+        # tensor per step instead of one per layer (the step is a large share of PPO's cost).
+        self.param = nn.Parameter(flat.flat, requires_grad=False)
+        optimizer = torch.optim.Adam([self.param], lr=s.lr, eps=s.adam_eps)
+        if self.pending_optimizer_state is not None:
+            check_optimizer_state(self.pending_optimizer_state, optimizer, where)
+            optimizer.load_state_dict(self.pending_optimizer_state)
+            self.pending_optimizer_state = None
+        self.optimizer = optimizer
+
     def state_dict(self) -> dict[str, Any]:
         """Worker state that persists across tasks: the value normalization's statistics
         and the local Adam's moments."""
@@ -478,8 +487,9 @@ class LocalPPO:
         _load_value_norm(self.value_norm, state)
         if state.get("optimizer") is not None:
             if self.optimizer is not None:
+                check_optimizer_state(state["optimizer"], self.optimizer, "the local optimizer")
                 self.optimizer.load_state_dict(state["optimizer"])
-            else:
+            else:  # loaded by ``build``, which the worker calls next on a resume
                 self.pending_optimizer_state = state["optimizer"]
 
 

@@ -35,6 +35,11 @@ class Applier(Protocol):
         """Counters for the training rows and the summary."""
         ...
 
+    def optimizer_steps(self, version: int) -> int | None:
+        """How many steps the global model's optimizer has taken by ``version``, where this
+        applier knows (a resume checks the optimizer's state against it); None: unknown."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
@@ -70,6 +75,9 @@ class ServerApplies(_OneModel):
     def apply(self, model: GlobalModel, step: Step, progress: float) -> float:
         return model.apply(step, progress)
 
+    def optimizer_steps(self, version: int) -> int | None:
+        return version  # each version is one step of the server optimizer
+
 
 class WorkersApply(_OneModel):
     """Hogwild!: every worker has already stepped the shared θ (with the shared optimizer
@@ -87,6 +95,11 @@ class WorkersApply(_OneModel):
             raise ValueError("a Step without a direction must go through a learner first")
         model.count_version()
         return float(torch.linalg.vector_norm(step.direction))
+
+    def optimizer_steps(self, version: int) -> int | None:
+        # the workers step the shared statistics unlocked: concurrent steps may count once,
+        # and a step taken may not have reached the loop's version yet
+        return None
 
 
 SERVER_APPLIES = ServerApplies()

@@ -590,6 +590,8 @@ class Training:
             raise ConfigError(f"resume: the checkpoint's {exc}") from None
         try:
             self._restore(state)
+        except checkpoint.CheckpointError as exc:  # a component's check of its own state
+            raise ConfigError(f"resume: the checkpoint's {exc}") from None
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
             # the components' own states: one that does not fit them (an edited config.json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -623,7 +625,17 @@ class Training:
             )
 
     def _restore(self, state: dict[str, Any]) -> None:
-        self.global_model.load_state_dict(state["global_model"])
+        saved = state["global_model"]
+        # torch's load_state_dict takes an optimizer state that does not fit (a moment
+        # missing restarts from zero): it is checked against the optimizer first
+        version = checkpoint.count(saved["version"], "global_model.version")
+        checkpoint.check_optimizer_state(
+            saved["optimizer"],
+            self.global_model.optimizer,
+            "global_model.optimizer",
+            self.applier.optimizer_steps(version),
+        )
+        self.global_model.load_state_dict(saved)
         self.scheduler.load_state_dict(state["scheduler"])
         if "scheduler_rng" in state:  # checkpoints from before the scheduler had one
             checkpoint.set_generator_state(

@@ -16,6 +16,7 @@ import torch
 
 from hybrid.algorithms import ALGORITHMS, AlgoSettings
 from hybrid.algorithms.a2c import a2c_group_gradients, a2c_loss
+from hybrid.algorithms.ppo import LocalPPO
 from hybrid.algorithms.rollout import EnvRunner, make_runner
 from hybrid.clients import ClientSettings, apply_client_dynamics
 from hybrid.codecs import Codec, make_codec
@@ -327,7 +328,9 @@ class Worker:
         parts = {"loss": self.loss_fn, "local_update": self.local_update}
         return {name: part for name, part in parts.items() if hasattr(part, "state_dict")}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], where: str = "worker") -> None:
+        """Continue from ``state_dict``'s; ``where``: its place in the checkpoint, which an
+        error in the state names."""
         self.tasks_done = int(state["tasks_done"])
         self.generator.set_state(state["generator"])
         if self.codec is not None:
@@ -336,6 +339,11 @@ class Worker:
         for name, part in self._stateful_parts().items():
             if name in saved_parts:
                 part.load_state_dict(saved_parts[name])
+        local = self.local_update
+        if isinstance(local, LocalPPO) and local.pending_optimizer_state is not None:
+            # build the local Adam now, so that a restored state that does not fit it is
+            # refused before the run goes on, not at this worker's next task
+            local.build(self.flat, f"{where}.algorithm.local_update.optimizer")
         # Seeds for envs whose state is not plain data: they restart their episode.
         reseed = [
             int_seed(s)

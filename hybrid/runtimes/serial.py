@@ -279,8 +279,8 @@ class SerialRuntime(RuntimeDefaults):
         self._queue = queue
         heapq.heapify(self._queue)
         self.cost.jitter = jitter
-        for worker, worker_state in zip(self.workers, workers, strict=True):
-            worker.load_state_dict(worker_state)
+        for i, (worker, worker_state) in enumerate(zip(self.workers, workers, strict=True)):
+            worker.load_state_dict(worker_state, f"runtime.workers[{i}]")
 
     def close(self) -> None:
         for worker in self.workers:

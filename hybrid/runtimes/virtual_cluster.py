@@ -613,8 +613,10 @@ class ProfiledSerialRuntime(SerialRuntime):
         self._unlearned_env_steps = int(state.get("unlearned_env_steps", 0))  # older: none
         self._published_version = state["published_version"]
         self.cost.jitter = list(state["jitter"])
-        for worker, worker_state in zip(self.workers, state["workers"], strict=True):
-            worker.load_state_dict(worker_state)
+        for i, (worker, worker_state) in enumerate(
+            zip(self.workers, state["workers"], strict=True)
+        ):
+            worker.load_state_dict(worker_state, f"runtime.workers[{i}]")
 
 
 CLIENT_COSTS = max(SPEEDS, JITTER) + 1
