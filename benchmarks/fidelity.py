@@ -187,7 +187,7 @@ def calibrate(
     else:
         with held_to_cores(cores):
             profile = profile_for(measure(cfg, args.budget_s), runtime)
-            profile = measure_runtime(cfg, profile, args.run_s, work_dir)
+            profile = measure_runtime(cfg, profile, args.run_s, work_dir, repeats=args.repeats)
     profile.save(path)
     print(f"calibrated {runtime} / {env}{suffix} ({path}):\n{describe_profile(profile)}\n")
     return path
@@ -284,6 +284,14 @@ def mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
+def spread(runs: list[dict[str, Any]]) -> str:
+    """The real runs' own steps/s over their median, lowest–highest: the pace one seed's
+    run may land at on this machine, beside which a miss of the clock is read."""
+    rates = [r["steps_per_s"] for r in runs]
+    middle = median(rates)
+    return f"{min(rates) / middle:.2f}–{max(rates) / middle:.2f}"
+
+
 def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]) -> str:
     lines = [
         f"{args.algo}, {args.steps:,} env steps, seeds {args.seeds} (per cell: "
@@ -297,7 +305,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]
         f"±{WAITING_POINTS * 100:.0f} points.",
         "",
         "| env | runtime | scheduler | N | KS τ (floor) | τ mean real / virtual | "
-        "steps/s real / virtual | virtual / real | waiting real / virtual | "
+        "steps/s real / virtual | virtual / real (real runs' range) | waiting real / virtual | "
         "what the model lacks (real − virtual) |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
@@ -333,7 +341,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: list[str]
             f"{median([r['staleness_mean'] for r in real]):.2f} / "
             f"{median([v['staleness_mean'] for v in virtual]):.2f} | "
             f"{rate_real:,.0f} / {median([v['steps_per_s'] for v in virtual]):,.0f} | "
-            f"{row['rate_ratio']:.2f} {mark(ok['rate'])} | "
+            f"{row['rate_ratio']:.2f} {mark(ok['rate'])} ({spread(real)}) | "
             f"{median([r['waiting'] for r in real]):.1%} / "
             f"{median([v['waiting'] for v in virtual]):.1%} {mark(ok['waiting'])} | {lacks} |"
         )
@@ -420,7 +428,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--algo", default="a2c")
     parser.add_argument("--budget-s", type=float, default=6.0, help="in-process calibration")
-    parser.add_argument("--run-s", type=float, default=3.0, help="each calibration real run")
+    parser.add_argument("--run-s", type=float, default=2.0, help="each calibration real run")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="calibration real runs per cell (median pace)"
+    )
+    parser.add_argument(
+        "--calibrate-only",
+        action="store_true",
+        help="write the profiles to --out and stop (then --profile them, on a busy machine)",
+    )
     parser.add_argument(
         "--profile",
         nargs="*",
@@ -475,10 +491,14 @@ def main(argv: list[str] | None = None) -> int:
             for env in args.envs:
                 if (runtime, env) not in given:
                     given[(runtime, env)] = calibrate(args, runtime, env, out)
+                if args.calibrate_only:
+                    continue
                 for cell in [c for c in cells(args) if c.runtime == runtime and c.env == env]:
                     row = run_cell(args, cell, given.get((runtime, env)), out)
                     rows.append(row)
                     print(f"  {cell.name}: {verdicts(row)}", file=sys.stderr, flush=True)
+    if args.calibrate_only:
+        return 0
     loads.append(load_average())
     report = table(rows, args, loads)
     extra = extrapolation(args, rows, out) if args.extrapolate else []

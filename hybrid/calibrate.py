@@ -489,7 +489,24 @@ class SpanStats:
     """Per task after a worker's first: from its previous result to its start."""
     steps_per_s: float
     waiting: float
-    staleness_histogram: dict[str, int]
+    staleness_histogram: list[int]
+    """How many updates were applied at each staleness τ = 0, 1, 2, ..."""
+
+
+def pooled(runs: Sequence[SpanStats]) -> SpanStats:
+    """Repeated runs of one cell as one: their tasks and gaps together, the median pace
+    and waiting, the staleness counts summed."""
+    histogram = [0] * max(len(run.staleness_histogram) for run in runs)
+    for run in runs:
+        for tau, n in enumerate(run.staleness_histogram):
+            histogram[tau] += n
+    return SpanStats(
+        durations=[d for run in runs for d in run.durations],
+        gaps=[g for run in runs for g in run.gaps],
+        steps_per_s=statistics.median(run.steps_per_s for run in runs),
+        waiting=statistics.median(run.waiting for run in runs),
+        staleness_histogram=histogram,
+    )
 
 
 def span_stats(run_dir: Path, summary: dict[str, Any], warm_up: int = 2) -> SpanStats:
@@ -637,6 +654,7 @@ def measure_runtime(
     seconds_per_run: float = 4.0,
     work_dir: Path | None = None,
     refit_from: Path | None = None,
+    repeats: int = 1,
 ) -> ClusterProfile:
     """Short real runs of ``profile.runtime`` at N = 1 and N = cores; the clock's task cost,
     its distribution, the server's round trip, Hogwild!'s read delay and the cost growth
@@ -645,7 +663,10 @@ def measure_runtime(
     ``refit_from``: the ``work_dir`` of an earlier calibration, whose real runs are fitted
     again instead of running new ones (``profile`` is then that calibration's profile: its
     costs are already a worker's, so the scale comes out 1). What a change to the clock
-    needs: the same measurements, modelled anew, nothing measured twice."""
+    needs: the same measurements, modelled anew, nothing measured twice.
+
+    ``repeats``: real runs per cell, seeds base, base + 1, …: their spans pooled, their
+    pace the median (one run's pace on a shared machine is easily 20 % off its next)."""
     cores = profile.cores
     steps_per_task = cfg.rollout_steps * cfg.envs_per_worker
     modelled_task_s = profile.step_cost_s * steps_per_task + profile.task_overhead_s
@@ -679,19 +700,25 @@ def measure_runtime(
     with contextlib.ExitStack() as stack:
         root = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for scheduler, workers in cells:
-            name = f"real-{scheduler}-{workers}"
-            if refit_from is not None:
-                run_dir = Path(refit_from) / name
-                summary = json.loads((run_dir / "summary.json").read_text())
-            else:
-                run_dir, summary = _run(
-                    base,
-                    root / name,
-                    scheduler=scheduler,
-                    workers=workers,
-                    total_env_steps=budget(workers),
-                )
-            real[(scheduler, workers)] = span_stats(run_dir, summary)
+            runs = []
+            for k in range(repeats):
+                name = f"real-{scheduler}-{workers}" + (f"-r{k}" if k else "")
+                if refit_from is not None:
+                    run_dir = Path(refit_from) / name
+                    if k and not run_dir.is_dir():
+                        break  # the earlier calibration ran fewer
+                    summary = json.loads((run_dir / "summary.json").read_text())
+                else:
+                    run_dir, summary = _run(
+                        base,
+                        root / name,
+                        scheduler=scheduler,
+                        workers=workers,
+                        total_env_steps=budget(workers),
+                        seed=base.seed + k,
+                    )
+                runs.append(span_stats(run_dir, summary))
+            real[(scheduler, workers)] = pooled(runs)
 
         alone = real[("sync", 1)]
         mean_task = statistics.fmean(alone.durations)
@@ -737,6 +764,7 @@ def measure_runtime(
                     ).steps_per_s
                 ),
                 real[("sync", cores)].steps_per_s,
+                lowest=1.0,  # contention slows a task down, never speeds it up
             )
             contention = max(factor - 1.0, 0.0) * cores / (cores - 1)
         fitted = dataclasses.replace(fitted, contention=min(contention, 100.0))
@@ -794,6 +822,7 @@ def measure_runtime(
         "runs": [f"{s} N={n}" for s, n in cells],
         **({"refit_from": str(refit_from)} if refit_from is not None else {}),
         "seconds_per_run": seconds_per_run,
+        "repeats": repeats,
         "in_process_task_s": modelled_task_s,
         "worker_task_s": mean_task,
         "worker_over_in_process": scale,
@@ -811,11 +840,14 @@ FIT_TOLERANCE = 0.02
 """A fitted factor is kept once the clock's pace is within this of the real one."""
 
 
-def _fit_cost_factor(pace: Callable[[float], float], real_pace: float) -> float:
+def _fit_cost_factor(
+    pace: Callable[[float], float], real_pace: float, lowest: float = 0.1
+) -> float:
     """The cost factor f at which the clock's steps/s, ``pace(f)``, is the real runs':
     secant steps on log steps/s against log f (exact in two for a power law, steps/s ∝
     f^-a: a = 1 where the workers' CPU sets the pace, less where the server's share
-    does), at most ``FIT_ROUNDS`` clock runs, f bounded to [0.1, 100]; the best f seen."""
+    does), at most ``FIT_ROUNDS`` clock runs, f bounded to [lowest, 100]; the best f
+    seen."""
     tried: list[tuple[float, float]] = []  # (log f, log of pace over the real pace)
     log_f, slope = 0.0, -1.0
     for _ in range(FIT_ROUNDS):
@@ -827,7 +859,7 @@ def _fit_cost_factor(pace: Callable[[float], float], real_pace: float) -> float:
             (f0, m0), (f1, m1) = tried[-2], tried[-1]
             if f1 != f0 and (m1 - m0) / (f1 - f0) < -0.05:  # else the pace barely moves
                 slope = (m1 - m0) / (f1 - f0)
-        log_f = min(max(log_f - miss / slope, math.log(0.1)), math.log(100.0))
+        log_f = min(max(log_f - miss / slope, math.log(lowest)), math.log(100.0))
         if any(abs(log_f - f) < 1e-9 for f, _ in tried):
             break  # at a bound already tried: no better factor within it
     best = min(tried, key=lambda t: abs(t[1]))
@@ -1002,8 +1034,15 @@ def calibrate_command(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--run-s",
         type=float,
-        default=4.0,
+        default=2.0,
         help="seconds of each short real run of the runtime (0: in-process measurement only)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="real runs per calibration cell (seeds base, base + 1, ...): spans pooled, "
+        "the median pace fitted",
     )
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds")
     parser.add_argument("--out", required=True, help="where the profile (.json) is written")
@@ -1014,6 +1053,8 @@ def calibrate_command(argv: Sequence[str]) -> int:
         return fail("calibrate", f"budget_s: {args.budget_s} must be > 0")
     if not (math.isfinite(args.run_s) and 0 <= args.run_s <= 600):
         return fail("calibrate", f"run_s: {args.run_s} must be in [0, 600] seconds")
+    if not 1 <= args.repeats <= 20:
+        return fail("calibrate", f"repeats: {args.repeats} must be in [1, 20]")
     given = {
         name: getattr(args, name) for name in CALIBRATE_FIELDS if getattr(args, name) is not None
     }
@@ -1032,7 +1073,7 @@ def calibrate_command(argv: Sequence[str]) -> int:
             check_memory(cfg, 1 + workers)  # before anything is allocated
             profile = profile_for(measure(cfg, args.budget_s), args.runtime)
             if args.run_s > 0:
-                profile = measure_runtime(cfg, profile, args.run_s)
+                profile = measure_runtime(cfg, profile, args.run_s, repeats=args.repeats)
     except ConfigError as exc:
         return fail("calibrate", str(exc))
     profile.save(out)

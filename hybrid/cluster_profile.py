@@ -109,8 +109,9 @@ class ClusterProfile:
     growth_past_cores: tuple[tuple[float, float], ...] = ()
     """How a task's cost grows with more busy processes than cores: points (N / C, cost at
     N over the clock's cost there without this growth), N / C increasing and above 1,
-    fitted so that the clock's sync rounds at N = 2C (and 4C) keep a real run's pace. The clock interpolates linearly from
-    (1, 1) through them; beyond the last it follows growth_slope. Empty: no growth."""
+    fitted so that the clock's sync rounds at N = 2C (and 4C) keep a real run's pace. The
+    clock interpolates linearly from (1, 1) through them; beyond the last it follows
+    growth_slope. Empty: no growth."""
     growth_slope: float = 0.0
     """The least-squares slope of the cost factor per busy process per core beyond C, a
     line through (1, 1) fitted to growth_past_cores: the growth beyond the last point."""

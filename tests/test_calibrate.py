@@ -318,7 +318,8 @@ def test_calibrate_writes_a_profile_that_train_runs_on(tiny_config, tmp_path, ca
 
 def test_calibrate_for_ray_and_its_errors(tmp_path, capsys):
     path = tmp_path / "ray.json"
-    assert cli_main(["calibrate", "--runtime", "ray", "--out", str(path), "--budget-s", "0.2"]) == 0
+    argv = ["--runtime", "ray", "--budget-s", "0.2", "--run-s", "1", "--repeats", "1"]
+    assert cli_main(["calibrate", *argv, "--out", str(path)]) == 0
     profile = ClusterProfile.load(path)
     assert profile.runtime == "ray"
     # ray's actors are processes on the kernel's time slices too, measured past the cores

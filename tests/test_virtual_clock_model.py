@@ -222,6 +222,25 @@ def test_calibrate_refuses_a_rollout_too_large_for_memory(tmp_path, capsys, no_m
     assert code == 2 and err.count("\n") == 1 and "GiB" in err and "rollout_steps" in err
 
 
+@pytest.mark.parametrize("repeats", ["0", "21"])
+def test_calibrate_refuses_repeats_out_of_range(tmp_path, capsys, no_measuring, repeats):
+    code = cli_main(["calibrate", "--repeats", repeats, "--out", str(tmp_path / "m.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "repeats" in err
+
+
+def test_repeated_runs_pool_their_tasks_and_keep_the_median_pace():
+    runs = [
+        calibrate.SpanStats([1.0], [0.1], 100.0, 0.2, [3]),
+        calibrate.SpanStats([2.0, 3.0], [0.2], 300.0, 0.4, [1, 2]),
+        calibrate.SpanStats([4.0], [], 120.0, 0.3, [0, 1]),
+    ]
+    pooled = calibrate.pooled(runs)
+    assert pooled.durations == [1.0, 2.0, 3.0, 4.0] and pooled.gaps == [0.1, 0.2]
+    assert pooled.steps_per_s == 120.0 and pooled.waiting == 0.3  # medians, not means
+    assert pooled.staleness_histogram == [4, 3]
+
+
 def test_calibrate_keeps_flags_given_at_the_global_default(tmp_path, monkeypatch):
     seen = {}
 
@@ -239,12 +258,11 @@ def test_calibrate_keeps_flags_given_at_the_global_default(tmp_path, monkeypatch
 
 def test_calibrate_fits_the_runtime_from_its_own_runs(tmp_path, capsys):
     path = tmp_path / "machine.json"
-    code = cli_main(
-        ["calibrate", "--cores", "1", "--run-s", "0.3", "--budget-s", "0.3", "--out", str(path)]
-    )
+    argv = ["--cores", "1", "--run-s", "0.3", "--budget-s", "0.3", "--repeats", "2"]
+    code = cli_main(["calibrate", *argv, "--out", str(path)])
     assert code == 0, capsys.readouterr().err
     profile = ClusterProfile.load(path)
-    assert profile.cores == 1
+    assert profile.cores == 1 and profile.fit["repeats"] == 2
     assert len(profile.task_cost_quantiles) == calibrate.QUANTILES
     assert list(profile.task_cost_quantiles) == sorted(profile.task_cost_quantiles)
     assert profile.read_delay_s >= 0 and profile.contention == 0.0  # one core: not measurable
@@ -491,6 +509,11 @@ def test_a_cost_factor_is_fitted_to_the_real_pace(power, truth):
     fitted = calibrate._fit_cost_factor(pace, 1_000.0)
     assert pace(fitted) == pytest.approx(1_000.0, rel=calibrate.FIT_TOLERANCE)
     assert len(runs) - 1 <= calibrate.FIT_ROUNDS
+
+
+def test_a_contention_factor_never_goes_below_one():
+    # the clock already slower than the real runs without contention: none is fitted
+    assert calibrate._fit_cost_factor(lambda f: 800.0 / f, 1_000.0, lowest=1.0) == 1.0
 
 
 def test_a_pace_the_factor_cannot_move_keeps_the_best_factor_tried():
