@@ -304,7 +304,7 @@ def test_cli_refuses_a_missing_profile_in_one_line(tmp_path, capsys):
 
 def test_calibrate_writes_a_profile_that_train_runs_on(tiny_config, tmp_path, capsys):
     path = tmp_path / "machine.json"
-    code = cli_main(["calibrate", "--out", str(path), "--budget-s", "0.3"])
+    code = cli_main(["calibrate", "--out", str(path), "--budget-s", "0.3", "--run-s", "0.5"])
     assert code == 0
     assert "server apply" in capsys.readouterr().out
     profile = ClusterProfile.load(path)
