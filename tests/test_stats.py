@@ -208,3 +208,20 @@ def test_aggregate_across_tasks_refuses_empty_or_non_finite() -> None:
         aggregate_across_tasks([[1.0], []])
     with pytest.raises(ValueError, match="finite"):
         aggregate_across_tasks([[1.0, float("nan")]])
+
+
+def test_iqm_and_aggregate_leave_the_callers_scores_in_their_order() -> None:
+    """iqm sorts a copy. It once sorted a float64 caller's array in place (asarray and reshape
+    return views): the runs lost their order, and aggregate's bootstrap then resampled the
+    sorted pool, mixing the tasks it is meant to keep apart."""
+    runs = np.array([3.0, 1.0, 2.0, 5.0])
+    assert iqm(runs) == 2.5
+    np.testing.assert_array_equal(runs, [3.0, 1.0, 2.0, 5.0])
+    one_point = np.array([[3.0], [1.0], [2.0]])  # a [runs, 1] curve: its transpose is a view
+    curve_ci(one_point, reps=5, rng=0)
+    np.testing.assert_array_equal(one_point, [[3.0], [1.0], [2.0]])
+    # task 0 scores 0..2, task 1 10..12: resampled within tasks, the mean stays in [5, 7]
+    two_tasks = np.array([[0.0, 12.0], [1.0, 10.0], [2.0, 11.0]])
+    low, high = stats.aggregate(two_tasks, reps=300, rng=0)["mean_ci"]
+    assert 5.0 <= low <= high <= 7.0
+    np.testing.assert_array_equal(two_tasks, [[0.0, 12.0], [1.0, 10.0], [2.0, 11.0]])
