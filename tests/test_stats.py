@@ -558,3 +558,19 @@ def test_solve_curve_when_no_run_solved_and_its_step_checks() -> None:
             f"steps and solved must be non-empty and of one length, got {len(steps)} and "
             f"{len(solved)}"
         )
+
+
+def test_a_task_given_as_a_column_of_runs_is_read_as_its_runs() -> None:
+    """Each task's scores are flattened: a [runs, 1] column (one score per run, as a frame's
+    column comes) counts as those runs, not as rows to resample whole."""
+    flat = [np.array([0.1, 0.5, 0.9, 1.3]), np.array([0.2, 0.4])]
+    column = [flat[0][:, None], flat[1]]
+    assert aggregate_across_tasks(column, reps=50, rng=1) == aggregate_across_tasks(
+        flat, reps=50, rng=1
+    )
+    for a, b in zip(
+        performance_profile_across_tasks(column, [0.3], reps=50, rng=1),
+        performance_profile_across_tasks(flat, [0.3], reps=50, rng=1),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
