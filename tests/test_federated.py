@@ -1050,6 +1050,8 @@ def test_a_round_whose_every_delta_was_late_combines_to_nothing():
         assert s.admit(delta(w, [1.0], cost_s=3.0), 0) is Verdict.DROP
     assert s.full() and s.combine() is None
     assert s.metrics()["sched/late_dropped"] == 2
+    # closed: the checkpoint says so with a bool, as it did before the first round
+    assert s.full() is False and s.state_dict()["round_open"] is False
     assert s.ready([0, 1], 0) == [0, 1]  # the next round opens
 
 
