@@ -574,3 +574,11 @@ def test_a_task_given_as_a_column_of_runs_is_read_as_its_runs() -> None:
         strict=True,
     ):
         np.testing.assert_array_equal(a, b)
+
+
+def test_steps_given_as_a_column_are_read_as_runs() -> None:
+    flat = solve_curve([1000.0, 2000.0, 3000.0], [True, True, False])
+    column = solve_curve(np.array([[1000.0], [2000.0], [3000.0]]), [True, True, False])
+    np.testing.assert_array_equal(column.steps, flat.steps)
+    np.testing.assert_array_equal(column.fraction, flat.fraction)
+    assert column.median == flat.median and column.n_runs == 3
