@@ -73,7 +73,9 @@ def iqm(x: np.ndarray, axis: int | None = None) -> float | np.ndarray:
     if axis is None:
         a = a.reshape(-1)
         axis = 0
-    a = np.ascontiguousarray(np.moveaxis(a, axis, -1))
+    # A (C-contiguous) copy: the sort below must never reorder the caller's array, of which
+    # asarray, reshape and moveaxis return views.
+    a = np.moveaxis(a, axis, -1).copy()
     a.sort(axis=-1)
     n = a.shape[-1]
     cut = int(0.25 * n)

@@ -7,6 +7,8 @@ that does not grow with the number of clients; learning on IID CartPole clients.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
 import json
 import math
@@ -23,6 +25,7 @@ from conftest import crash_copy, make_update, metric_rows
 import hybrid
 from federated import fairness_settings
 from federated.evaluation import client_returns, fairness
+from hybrid.aggregation import AggregationSettings
 from hybrid.assembly import (
     client_settings,
     make_task,
@@ -42,9 +45,11 @@ from hybrid.config import ConfigError, TrainConfig
 from hybrid.core.global_model import GlobalModel, Step
 from hybrid.core.worker import Worker
 from hybrid.envs import describe
-from hybrid.protocol import Snapshot, TrainLocally
+from hybrid.privacy import DpFedAvg, PrivacyAccountant, PrivacySettings
+from hybrid.protocol import Payload, Snapshot, TrainLocally, Update
 from hybrid.schedulers import SCHEDULERS, FedAvg, FedAvgSettings, Verdict
 from hybrid.seeding import SCHEDULER, stream
+from hybrid.traces import ClientTrace, Trace
 from hybrid.trainer import initial_params
 
 
@@ -937,3 +942,436 @@ def test_late_deltas_count_their_staleness_from_the_round_they_missed():
     m = s.metrics()
     assert m["sched/late_admitted"] == 2
     assert m["sched/late_staleness_mean"] == (2 + 1) / 2
+
+
+# --- the round's draw, fresh state, deadlines at their boundaries ---------------------------------
+
+
+def test_a_fresh_scheduler_checkpoints_and_reports_an_empty_history():
+    """A checkpoint written before the first round must restore a scheduler that has done
+    nothing yet; a plain scheduler's state and metrics carry no trace, Byzantine or DP entry."""
+    s = fedavg(4, client_fraction=0.5)
+    zeros = dict.fromkeys(
+        ("rounds", "empty_rounds", "sampled", "dropouts", "late_dropped", "late_admitted"), 0
+    )
+    assert s.state_dict() == {
+        "round_open": False,
+        "pending": [],
+        "round_version": 0,
+        "round_closes_s": 0.0,
+        "counts": zeros,
+        "late_staleness": 0,
+    }
+    assert s.metrics() == {f"sched/{k}": 0 for k in zeros} | {"sched/late_held": 0}
+    assert s.full() is False
+    assert s.ready([], 0) == []  # nobody idle: no round, no draw
+    assert s.state_dict()["counts"] == zeros
+    traced = fedavg(2, client_fraction=1.0, trace=_trace([[(0.0, 1.0)], [(0.0, 1.0)]]))
+    assert traced.state_dict()["trace"] == [0.0, 0.0, 0]
+    assert (traced.metrics()["sched/trace_wait_s"], traced.metrics()["sched/trace_left"]) == (0, 0)
+
+
+def test_a_round_is_exactly_the_documented_seeded_draw():
+    """The draw consumes the scheduler's stream in a fixed order (availability, the sample,
+    dropout), and only for what is configured: serial runs' hashes depend on it."""
+    idle = [7, 3, 0, 9, 4, 1, 8]  # any order: the draw is over the sorted ids
+    plain = fedavg(10, seed=11, client_fraction=0.3)
+    by_hand = np.random.default_rng(11)
+    for version in range(3):
+        expected = sorted(by_hand.choice(np.array(sorted(idle)), size=3, replace=False).tolist())
+        picked = plain.ready(idle, version)
+        assert picked == expected
+        report_all(plain, picked, {w: [1.0] for w in picked})
+        plain.combine()
+
+    availability = [0.5] * 5 + [0.9] * 5
+    dropout = [0.3] * 10
+    s = fedavg(
+        10, seed=2, client_fraction=0.3, client_availability=availability, client_dropout=dropout
+    )
+    by_hand = np.random.default_rng(2)
+    candidates = np.arange(10)
+    reachable = candidates[by_hand.random(10) < np.array(availability)]
+    chosen = np.sort(by_hand.choice(reachable, size=min(3, len(reachable)), replace=False))
+    stays = chosen[by_hand.random(len(chosen)) >= 0.3]
+    assert s.ready(list(range(10)), 0) == stays.tolist()
+    m = s.metrics()
+    assert (m["sched/sampled"], m["sched/dropouts"]) == (len(chosen), len(chosen) - len(stays))
+
+
+def test_a_delta_that_takes_exactly_the_deadline_is_on_time():
+    s = fedavg(2, client_fraction=1.0, round_deadline_s=1.0)
+    s.ready([0, 1], 0)
+    assert s.admit(delta(0, [1.0], cost_s=1.0), 0) is Verdict.BUFFER
+    assert s.admit(delta(1, [3.0], cost_s=0.25), 0) is Verdict.BUFFER
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert s.metrics()["sched/late_dropped"] == 0 and s.metrics()["sched/late_held"] == 0
+
+
+def test_a_late_delta_arriving_exactly_at_a_rounds_close_is_admitted_in_it():
+    s = fedavg(2, client_fraction=1.0, round_deadline_s=1.0, late_policy="admit")
+    s.ready([0, 1], 0)
+    s.admit(delta(0, [1.0], cost_s=0.5), 0)
+    s.admit(delta(1, [7.0], cost_s=2.0), 0)  # late: arrives at t = 2.0
+    torch.testing.assert_close(s.combine().direction, torch.tensor([1.0]))
+    s.ready([0], 1)
+    s.admit(delta(0, [1.0], base_version=1, started_s=1.0, cost_s=1.0), 0)  # closes at 2.0
+    step = s.combine()
+    assert sorted(u.worker_id for u in step.updates) == [0, 1]
+    torch.testing.assert_close(step.direction, torch.tensor([4.0]))
+    m = s.metrics()
+    assert (m["sched/late_admitted"], m["sched/late_held"], m["sched/late_staleness_mean"]) == (
+        1,
+        0,
+        1.0,
+    )
+
+
+def test_each_round_closes_at_its_own_latest_arrival():
+    """The close time starts afresh each round: a late Δ still in flight when an early-closing
+    round ends waits for a later one."""
+    s = fedavg(2, client_fraction=1.0, round_deadline_s=0.2, late_policy="admit")
+    s.ready([0, 1], 0)
+    s.admit(delta(0, [1.0], cost_s=0.1), 0)
+    s.admit(delta(1, [5.0], cost_s=0.5), 0)  # late: given up on at 0.2, arrives at 0.5
+    assert s.state_dict()["round_closes_s"] == pytest.approx(0.2)
+    torch.testing.assert_close(s.combine().direction, torch.tensor([1.0]))
+    s.ready([0], 1)
+    s.admit(delta(0, [2.0], base_version=1, started_s=0.2, cost_s=0.1), 0)
+    assert s.state_dict()["round_closes_s"] == pytest.approx(0.3)
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert s.metrics()["sched/late_held"] == 1
+
+
+def test_a_round_whose_every_delta_was_late_combines_to_nothing():
+    s = fedavg(2, client_fraction=1.0, round_deadline_s=1.0)
+    s.ready([0, 1], 0)
+    for w in (0, 1):
+        assert s.admit(delta(w, [1.0], cost_s=3.0), 0) is Verdict.DROP
+    assert s.full() and s.combine() is None
+    assert s.metrics()["sched/late_dropped"] == 2
+    # closed: the checkpoint says so with a bool, as it did before the first round
+    assert s.full() is False and s.state_dict()["round_open"] is False
+    assert s.ready([0, 1], 0) == [0, 1]  # the next round opens
+
+
+def test_a_gradient_update_names_what_the_runtime_must_do():
+    s = fedavg(2, client_fraction=1.0)
+    s.ready([0, 1], 0)
+    with pytest.raises(RuntimeError) as info:
+        s.admit(make_update(1, 0, [1.0]), 0)
+    assert str(info.value).startswith("fedavg got a <Payload.GRADIENT: ")
+    assert str(info.value).endswith(
+        "update from worker 1: the runtime must pass the snapshot's task ('delta') on to its "
+        "workers"
+    )
+
+
+def test_a_plain_round_is_combined_bit_for_bit_as_the_sample_weighted_mean():
+    """With no robust rule and no DP, the round's Δs go through the schedulers' own weighted
+    mean, summed in arrival order (the module docstring: "exactly as before")."""
+    from hybrid.schedulers.aggregate import weighted_mean
+
+    gen = torch.Generator().manual_seed(0)
+    payloads = [torch.randn(64, generator=gen) for _ in range(3)]
+    steps = [7, 13, 29]
+    s = fedavg(3, client_fraction=1.0)
+    s.ready([0, 1, 2], 0)
+    for w in (2, 0, 1):  # arrival order, not id order
+        s.admit(delta(w, payloads[w].tolist(), env_steps=steps[w]), 0)
+    got = s.combine().direction
+    expected = weighted_mean([payloads[w] for w in (2, 0, 1)], [float(steps[w]) for w in (2, 0, 1)])
+    assert torch.equal(got, expected)
+    one = fedavg(1, client_fraction=1.0)
+    one.ready([0], 0)
+    update = delta(0, payloads[0].tolist(), env_steps=3)
+    one.admit(update, 0)
+    assert torch.equal(one.combine().direction, update.payload)  # one Δ is its own mean
+
+
+# --- a real runtime's word at the deadline (Update.overdue) ---------------------------------------
+
+
+def overdue(worker_id: int, waited_s: float, base_version: int = 0) -> Update:
+    """The stand-in a real runtime hands over at the deadline: no payload, the seconds waited."""
+    return Update(
+        worker_id=worker_id,
+        base_version=base_version,
+        payload=None,
+        env_steps=0,
+        kind=Payload.DELTA,
+        cost_s=waited_s,
+        overdue=True,
+    )
+
+
+def test_an_overdue_stand_in_closes_the_round_and_its_late_delta_is_dropped_once():
+    s = fedavg(4, client_fraction=1.0, round_deadline_s=1.0)
+    s.ready([0, 1, 2, 3], 0)
+    s.admit(delta(0, [1.0], cost_s=0.5), 0)
+    s.admit(delta(1, [3.0], cost_s=0.5), 0)
+    assert s.admit(overdue(2, 1.2), 0) is Verdict.DROP
+    assert s.admit(overdue(3, 1.1), 0) is Verdict.DROP
+    assert s.full()
+    assert s.state_dict()["round_closes_s"] == pytest.approx(1.0)  # it stopped waiting then
+    torch.testing.assert_close(s.combine().direction, torch.tensor([2.0]))
+    assert s.metrics()["sched/late_dropped"] == 2
+    # the Δs themselves come later: dropped, not counted again
+    assert s.admit(delta(2, [100.0], cost_s=2.5), 0) is Verdict.DROP
+    assert s.admit(delta(3, [100.0], cost_s=1.5), 0) is Verdict.DROP
+    assert s.metrics()["sched/late_dropped"] == 2 and s.buffer == []
+    # and those clients are no longer awaited: their next on-time Δ counts
+    assert s.ready([0, 1, 2, 3], 1) == [0, 1, 2, 3]
+    for w in range(4):
+        assert s.admit(delta(w, [float(w)], base_version=1, cost_s=0.5), 0) is Verdict.BUFFER
+    torch.testing.assert_close(s.combine().direction, torch.tensor([1.5]))
+
+
+def test_under_admit_an_overdue_deltas_real_result_is_held_for_a_later_round():
+    s = fedavg(2, client_fraction=1.0, round_deadline_s=1.0, late_policy="admit")
+    s.ready([0, 1], 0)
+    s.admit(delta(0, [1.0], cost_s=0.5), 0)
+    assert s.admit(overdue(1, 1.3), 0) is Verdict.DROP  # nothing to hold yet
+    torch.testing.assert_close(s.combine().direction, torch.tensor([1.0]))
+    assert s.metrics()["sched/late_dropped"] == 0
+    assert s.admit(delta(1, [5.0], cost_s=1.8), 0) is Verdict.BUFFER  # arrives at t = 1.8
+    assert s.metrics()["sched/late_held"] == 1
+    s.ready([0], 1)
+    s.admit(delta(0, [1.0], base_version=1, started_s=1.0, cost_s=1.0), 0)  # closes at 2.0
+    step = s.combine()
+    torch.testing.assert_close(step.direction, torch.tensor([3.0]))
+    assert s.metrics()["sched/late_admitted"] == 1
+    # client 1 is no longer an overdue one: an on-time Δ of it is taken as any
+    s.ready([0, 1], 2)
+    s.admit(delta(0, [2.0], base_version=2, started_s=2.0, cost_s=0.5), 0)
+    assert s.admit(delta(1, [4.0], base_version=2, started_s=2.0, cost_s=0.5), 0) is Verdict.BUFFER
+    torch.testing.assert_close(s.combine().direction, torch.tensor([3.0]))
+    assert s.metrics()["sched/late_admitted"] == 1
+
+
+# --- trace-driven availability --------------------------------------------------------------------
+
+
+def _trace(windows: list[list[tuple[float, float]]], period_s: float = 0.0) -> Trace:
+    rows = [ClientTrace(c, 1.0, 5.0, 20.0, tuple(w)) for c, w in enumerate(windows)]
+    return Trace(tuple(rows), period_s=period_s)
+
+
+def _traced(seed: int = 0) -> FedAvg:
+    """Clients 0 and 1 online in [0, 1) and [4, 5), client 2 in [2, 3) and [8, 9)."""
+    windows = [[(0.0, 1.0), (4.0, 5.0)]] * 2 + [[(2.0, 3.0), (8.0, 9.0)]]
+    return fedavg(3, seed=seed, client_fraction=1.0, trace=_trace(windows))
+
+
+def _two_traced_rounds(s: FedAvg) -> None:
+    # round 1 at t = 0: 0 and 1 are online; 1 finishes at 1.5, after it went offline at 1
+    assert s.ready([0, 1, 2], 0) == [0, 1]
+    assert s.admit(delta(0, [1.0], cost_s=0.5), 0) is Verdict.BUFFER
+    assert s.admit(delta(1, [9.0], cost_s=1.5), 0) is Verdict.DROP
+    s.combine()
+    # round 2 opens at 1.5 with nobody online: it waits 0.5 for client 2, which leaves too
+    assert s.ready([0, 1, 2], 1) == [2]
+    assert s.admit(delta(2, [9.0], base_version=1, started_s=1.5, cost_s=1.2), 0) is Verdict.DROP
+    assert s.combine() is None
+
+
+def test_traced_rounds_wait_for_clients_and_drop_the_ones_that_leave():
+    s = _traced()
+    _two_traced_rounds(s)
+    assert (s.trace_wait_s, s.trace_left) == (pytest.approx(0.5), 2)
+    # round 3 opens at 2.7 on the runtime's clock, 3.2 on the trace's (the waits so far):
+    # client 2 is gone, and 0 and 1 come back at 4
+    assert s.ready([0, 1, 2], 2) == [0, 1]
+    assert s.trace_wait_s == pytest.approx(0.5 + 0.8)
+    m = s.metrics()
+    assert (m["sched/trace_wait_s"], m["sched/trace_left"]) == (pytest.approx(1.3), 2)
+    assert s.state_dict()["trace"] == [pytest.approx(1.3), 4.0, 2]
+
+
+def test_an_upload_that_ends_with_the_clients_window_is_kept():
+    s = fedavg(1, client_fraction=1.0, trace=_trace([[(0.0, 1.0)]]))
+    s.ready([0], 0)
+    assert s.admit(delta(0, [1.0], cost_s=1.0), 0) is Verdict.BUFFER
+    assert s.trace_left == 0
+
+
+def test_a_traced_checkpoint_resumes_the_same_rounds():
+    s = _traced(seed=3)
+    _two_traced_rounds(s)
+    saved = json.loads(json.dumps(s.state_dict()))
+    resumed = _traced(seed=3)
+    resumed.load_state_dict(saved)
+    resumed.rng.bit_generator.state = s.rng.bit_generator.state
+    assert (resumed.trace_wait_s, resumed.trace_round_start_s, resumed.trace_left) == (
+        s.trace_wait_s,
+        s.trace_round_start_s,
+        2,
+    )
+    assert resumed.ready([0, 1, 2], 2) == s.ready([0, 1, 2], 2) == [0, 1]
+    assert resumed.metrics() == s.metrics()
+    assert resumed.state_dict() == s.state_dict()
+
+
+def test_clients_that_never_come_online_stop_the_run_with_a_clear_error():
+    s = fedavg(2, client_fraction=1.0, trace=_trace([[], [(0.0, 1.0)]]))
+    with pytest.raises(RuntimeError) as info:
+        s.ready([0], 0)  # client 0 has no window at all
+    assert str(info.value) == (
+        "fedavg: no client took part in 10000 rounds in a row; "
+        "client_dropout is too high or client_availability too low"
+    )
+    assert s.metrics()["sched/empty_rounds"] == 10_000 and s.metrics()["sched/rounds"] == 0
+
+
+# --- hostile and private rounds -------------------------------------------------------------------
+
+
+def test_byzantine_clients_are_counted_when_sampled_and_when_received():
+    """Clients 1 and 3 are Byzantine; 3 misses the deadline every round, so it is sampled but
+    never received. The median ignores the outlier a mean would follow."""
+    median = AggregationSettings(aggregator="median")
+
+    def build() -> FedAvg:
+        return fedavg(
+            5,
+            client_fraction=1.0,
+            round_deadline_s=1.0,
+            byzantine_clients=(1, 3),
+            aggregation=median,
+        )
+
+    s = build()
+    on_time = {0: [1.0], 1: [100.0], 2: [2.0], 4: [3.0]}
+    for version in range(2):
+        assert s.ready(list(range(5)), version) == [0, 1, 2, 3, 4]
+        for w in range(5):
+            cost = 3.0 if w == 3 else 0.5
+            s.admit(delta(w, on_time.get(w, [50.0]), base_version=version, cost_s=cost), 0)
+        step = s.combine()
+        torch.testing.assert_close(step.direction, torch.tensor([2.5]))  # (2 + 3) / 2
+        assert step.clip is False and [u.worker_id for u in step.updates] == [0, 1, 2, 4]
+    m = s.metrics()
+    names = ("byzantine_clients", "byzantine_sampled", "byzantine_received")
+    assert tuple(m[f"sched/{name}"] for name in names) == (2, 4, 2)
+    assert s.state_dict()["byzantine"] == [4, 2]
+    resumed = build()
+    resumed.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert resumed.metrics() == m
+    # a robust round in which every Δ was late has nothing to combine
+    s.ready(list(range(5)), 2)
+    for w in range(5):
+        s.admit(delta(w, [1.0], base_version=2, cost_s=2.0), 0)
+    assert s.combine() is None
+    assert s.metrics()["sched/byzantine_received"] == 2
+
+
+def test_a_norm_bound_keeps_the_sample_weighted_mean():
+    s = fedavg(2, client_fraction=1.0, aggregation=AggregationSettings(norm_bound=1.0))
+    s.ready([0, 1], 0)
+    s.admit(delta(0, [3.0, 4.0], env_steps=10), 0)  # norm 5: scaled to [0.6, 0.8]
+    s.admit(delta(1, [0.3, 0.4], env_steps=30), 0)  # norm 0.5: kept
+    step = s.combine()
+    torch.testing.assert_close(step.direction, torch.tensor([0.375, 0.5]))  # (6+9, 8+12) / 40
+    assert step.clip is False
+
+
+def test_robust_rules_that_cannot_hold_and_dp_with_a_robust_rule_are_refused():
+    with pytest.raises(ConfigError, match=r"^krum_f: 1 needs more than 2\*f\+2 = 4"):
+        fedavg(6, client_fraction=0.5, aggregation=AggregationSettings(aggregator="krum"))
+    fedavg(10, client_fraction=0.5, aggregation=AggregationSettings(aggregator="krum"))  # m = 5
+    dp = PrivacySettings(clip=1.0, noise_multiplier=1.0)
+    for robust in (AggregationSettings(aggregator="median"), AggregationSettings(norm_bound=2.0)):
+        with pytest.raises(ValueError) as info:
+            fedavg(4, client_fraction=0.5, privacy=dp, aggregation=robust)
+        assert str(info.value) == (
+            "dp_clip: DP-FedAvg aggregates with the mean; leave aggregator mean"
+        )
+    with pytest.raises(ConfigError, match=r"^dp_target_epsilon: "):  # the round's check runs
+        fedavg(4, client_fraction=0.5, privacy=dataclasses.replace(dp, target_epsilon=1e-3))
+
+
+DP = PrivacySettings(clip=1.0, noise_multiplier=1.0)
+
+
+def _dp_round(s: FedAvg, version: int, payloads: list[list[float]]) -> tuple[list[int], Step]:
+    picked = s.ready(list(range(s.workers)), version)
+    for w, values in zip(picked, payloads, strict=False):
+        s.admit(delta(w, values, base_version=version), 0)
+    return picked, s.combine()
+
+
+def test_dp_fedavg_rounds_are_clipped_noised_and_accounted():
+    """Each round is DpFedAvg's noised mean from the run's own noise stream, its ε is the
+    accountant's after that many rounds, and a checkpoint continues the same noise."""
+
+    def build() -> FedAvg:
+        return fedavg(
+            4, seed=1, client_fraction=0.5, privacy=DP, dp_noise_seed=5, byzantine_clients=(0,)
+        )
+
+    reference = DpFedAvg(DP, 4, 2, torch.Generator().manual_seed(5))
+    s = build()
+    by_hand = np.random.default_rng(1)
+    payloads = [[3.0, 4.0], [0.3, 0.4]]  # norms 5 (clipped to 1) and 0.5
+    for version in range(2):
+        expected = sorted(by_hand.choice(np.arange(4), size=2, replace=False).tolist())
+        if version == 1:
+            saved = copy.deepcopy(s.state_dict())  # the generator state is a tensor
+            rng_state = s.rng.bit_generator.state
+        picked, step = _dp_round(s, version, payloads)
+        assert picked == expected
+        assert torch.equal(step.direction, reference.aggregate(torch.tensor(payloads)))
+        assert step.clip is False and [u.worker_id for u in step.updates] == picked
+    m = s.metrics()
+    epsilon = PrivacyAccountant(DP, 4, 2).epsilon_after(2)
+    assert m["sched/dp_rounds"] == 2 and m["sched/dp_epsilon"] == pytest.approx(epsilon)
+    assert (m["sched/dp_clip"], m["sched/dp_delta"], m["sched/dp_unclipped_fraction"]) == (
+        1.0,
+        1e-5,
+        0.5,
+    )
+    assert "sched/dp_target_epsilon" not in m and m["sched/byzantine_clients"] == 1
+    assert s.state_dict()["dp"]["rounds"] == 2
+
+    resumed = build()
+    resumed.load_state_dict(saved)
+    resumed.rng.bit_generator.state = rng_state
+    _, resumed_step = _dp_round(resumed, 1, payloads)
+    assert torch.equal(resumed_step.direction, step.direction)  # the same noise draw
+    assert resumed.metrics() == m
+
+
+def test_poisson_sampled_dp_rounds_draw_each_client_alone_and_charge_every_draw():
+    """q = m / K = 1/4: a draw may take nobody (an empty round, still charged by the
+    accountant) or more than m clients."""
+    privacy = dataclasses.replace(DP, sampling="poisson")
+    s = fedavg(4, seed=1, client_fraction=0.25, privacy=privacy)
+    by_hand = np.random.default_rng(1)
+    draws = 0
+    for version in range(3):
+        while True:
+            draws += 1
+            taken = np.arange(4)[by_hand.random(4) < 0.25]
+            if len(taken):
+                break
+        picked, _ = _dp_round(s, version, [[0.5]] * 4)
+        assert picked == taken.tolist()
+    m = s.metrics()
+    assert (m["sched/rounds"], m["sched/empty_rounds"], m["sched/dp_rounds"]) == (3, 2, draws)
+    assert draws == 5 and m["sched/sampled"] == 4  # [2], [1], [0, 2]
+
+
+def test_a_dp_run_stops_drawing_before_a_round_would_pass_its_target_epsilon():
+    epsilons = [PrivacyAccountant(DP, 4, 2).epsilon_after(r) for r in (1, 2, 3)]
+    target = (epsilons[1] + epsilons[2]) / 2  # two rounds fit, a third would not
+    s = fedavg(4, client_fraction=0.5, privacy=dataclasses.replace(DP, target_epsilon=target))
+    for version in range(2):
+        assert not s.finished()
+        assert s.metrics()["sched/dp_target_reached"] == 0.0
+        picked, step = _dp_round(s, version, [[0.5], [0.25]])
+        assert len(picked) == 2 and step is not None
+    assert s.finished()
+    assert s.ready([0, 1, 2, 3], 2) == []
+    m = s.metrics()
+    assert (m["sched/dp_target_epsilon"], m["sched/dp_target_reached"]) == (target, 1.0)
+    assert m["sched/dp_rounds"] == 2

@@ -252,3 +252,33 @@ def test_the_smallest_eps_keeps_zero_steps_finite(optimizer):
     for _ in range(3):
         model.apply(Step(torch.zeros(3), clip=False))
     assert torch.equal(model.params, torch.ones(3))
+
+
+def test_an_unknown_rule_is_one_clear_error_from_the_optimizer_and_the_step():
+    """FedOpt refuses it when built; fedopt_step, which GlobalModel's shared statistics could
+    reach without the optimizer's check, refuses it too rather than skipping v's update."""
+    from hybrid.fedopt import FedOpt, fedopt_step
+
+    message = "fedopt rule: unknown 'lion'; choose one of adam, yogi, adagrad"
+    with pytest.raises(ValueError) as info:
+        FedOpt([torch.zeros(2, requires_grad=True)], "lion", lr=0.1)
+    assert str(info.value) == message
+    with pytest.raises(ValueError) as info:
+        FedOpt([torch.zeros(2, requires_grad=True)], "fedadam", lr=0.1)  # the CLI name
+    assert "'fedadam'" in str(info.value)
+    param = torch.ones(2)
+    with pytest.raises(ValueError) as info:
+        fedopt_step(
+            param, torch.ones(2), torch.zeros(2), torch.zeros(2), "lion", 0.1, 0.9, 0.99, 1e-3
+        )
+    assert str(info.value) == message
+    assert torch.equal(param, torch.ones(2))  # not stepped
+
+
+def test_initial_state_is_m_zero_and_v_tau_squared_by_name():
+    from hybrid.fedopt import initial_fedopt_state
+
+    state = initial_fedopt_state(torch.full((3,), 5.0, dtype=torch.float64), tau=0.02)
+    assert sorted(state) == ["exp_avg", "exp_avg_sq"]  # torch Adam's names: checkpoints load
+    assert torch.equal(state["exp_avg"], torch.zeros(3, dtype=torch.float64))
+    torch.testing.assert_close(state["exp_avg_sq"], torch.full((3,), 4e-4, dtype=torch.float64))

@@ -174,3 +174,29 @@ def test_a_misshaped_behaviour_logp_is_one_line_error(shape: tuple[int, ...]) ->
     message = str(err.value)
     assert message.startswith("behaviour_logp must have the shape of rewards (3, 1)")
     assert f"got {shape}" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["values", "discounts", "target_logp"])
+def test_every_misshaped_per_step_input_is_named_with_both_shapes(name: str) -> None:
+    """values and discounts are checked like the log-probs: a [T] tensor against [T, B] = (3, 1)
+    would broadcast to [3, 3] and mix the environments."""
+    ex = _hand_example()
+    with pytest.raises(ValueError) as err:
+        vtrace(**{**ex, name: torch.zeros(3, dtype=torch.float64)})
+    assert str(err.value) == f"{name} must have the shape of rewards (3, 1), got (3,)"
+    if name != "target_logp":  # nstep_returns takes values and discounts too
+        args = {k: ex[k] for k in ("rewards", "values", "bootstrap_value", "discounts")}
+        with pytest.raises(ValueError, match=rf"^{name} must have the shape of rewards \(3, 1\)"):
+            nstep_returns(**{**args, name: torch.zeros(3, 2, dtype=torch.float64)})
+
+
+def test_shape_errors_quote_the_expected_and_the_given_shapes() -> None:
+    ex = _hand_example()
+    with pytest.raises(ValueError) as err:
+        vtrace(**{**ex, "bootstrap_value": torch.zeros(2, dtype=torch.float64)})
+    assert str(err.value) == "bootstrap_value must have shape [B] = (1,), got (2,)"
+    with pytest.raises(ValueError) as err:
+        nstep_returns(torch.zeros(3), torch.zeros(3), torch.zeros(()), torch.zeros(3))
+    assert str(err.value) == "rewards must be time-major [T, B], got shape (3,)"
+    with pytest.raises(ValueError, match=r"^rewards must be time-major \[T, B\], got shape"):
+        nstep_returns(*(torch.zeros(2, 3, 1),) * 2, torch.zeros(3, 1), torch.zeros(2, 3, 1))
