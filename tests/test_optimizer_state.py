@@ -60,6 +60,14 @@ def _crashed_with(run: Path, dest: Path, edit: Callable[[dict], Any]) -> Path:
     return crashed
 
 
+def _resume_refusal(run: Path, dest: Path, edit: Callable[[dict], Any]) -> str:
+    """The one-line error a resume of ``run``'s crash copy, edited by ``edit``, gives."""
+    crashed = _crashed_with(run, dest, edit)
+    with pytest.raises(ConfigError) as refused:
+        hybrid.train(resume=str(crashed))
+    return str(refused.value)
+
+
 def _files(run: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(run)): p.read_bytes()
@@ -157,10 +165,7 @@ def test_a_damaged_local_adam_of_a_ppo_worker_is_refused_and_an_untouched_one_re
         local = state["runtime"]["workers"][1]["algorithm"]["local_update"]["optimizer"]
         del local["state"][0]["exp_avg"]
 
-    crashed = _crashed_with(run, tmp_path / "crashed", edit)
-    with pytest.raises(ConfigError) as refused:
-        hybrid.train(resume=str(crashed))
-    assert str(refused.value) == (
+    assert _resume_refusal(run, tmp_path / "crashed", edit) == (
         "resume: the checkpoint's runtime.workers[1].algorithm.local_update.optimizer"
         ".state[0].exp_avg: missing"
     )
@@ -175,10 +180,7 @@ def test_a_damaged_replicas_optimizer_state_is_refused(tmp_path: Path) -> None:
     def edit(state: dict) -> None:
         state["applier"]["optimizers"][1]["state"][0]["exp_avg"].fill_(float("inf"))
 
-    crashed = _crashed_with(run, tmp_path / "crashed", edit)
-    with pytest.raises(ConfigError) as refused:
-        hybrid.train(resume=str(crashed))
-    assert str(refused.value) == (
+    assert _resume_refusal(run, tmp_path / "crashed", edit) == (
         "resume: the checkpoint's applier.optimizers[1].state[0].exp_avg: "
         "not all finite (nan or ±inf)"
     )
