@@ -181,9 +181,10 @@ def calibrate(
     earlier = Path(args.reuse_real or out) / path.name
     earlier_runs = earlier.parent / work_dir.name
     if args.reuse_real and earlier.exists() and earlier_runs.is_dir():
-        profile = measure_runtime(
-            cfg, ClusterProfile.load(earlier), args.run_s, work_dir, refit_from=earlier_runs
-        )
+        fitted = ClusterProfile.load(earlier)
+        # the clock's fit runs as long as the real runs it is fitted to were
+        run_s = fitted.fit.get("seconds_per_run", args.run_s)
+        profile = measure_runtime(cfg, fitted, run_s, work_dir, refit_from=earlier_runs)
     else:
         with held_to_cores(cores):
             profile = profile_for(measure(cfg, args.budget_s), runtime)
