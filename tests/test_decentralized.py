@@ -410,6 +410,30 @@ def test_ad_psgd_runs_on_parallel_runtimes(runtime, tmp_path):
     assert np.array(summary["messages_sent"]).sum() == 2 * summary["mixes"]
 
 
+def test_sgp_runs_on_ray(tmp_path):
+    """Push-sum on ray: the driver keeps the replicas and their weights (mass in flight with
+    a delay) and sends each worker its de-biased replica in the task."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    result = hybrid.train(
+        small_run(
+            scheduler="sgp",
+            scheduler_args={"delay": 1},
+            workers=2,
+            runtime="ray",
+            out=str(tmp_path / "r"),
+        )
+    )
+    summary = result.summary
+    assert summary["evaluated_model"] == "mean of the replicas"
+    # a round: each of the 2 workers trains its replica, then one push-sum mix of them all
+    assert summary["mixes"] == summary["updates"] > 0
+    assert summary["tasks"] == 2 * summary["mixes"]
+    assert summary["consensus_distance"] > 0  # local steps between pushes: not one θ
+    sent = np.array(summary["messages_sent"])
+    assert sent.sum() == 2 * summary["mixes"]  # each replica pushes to its one peer
+    assert torch.isfinite(result.params).all()
+
+
 def test_the_benchmark_runs_valid_configs_and_prints_its_table(monkeypatch):
     """Every scheduler the benchmark compares validates at every N it runs, and its table
     marks an unsolved run's steps as a lower bound."""
@@ -440,7 +464,9 @@ def test_the_benchmark_runs_valid_configs_and_prints_its_table(monkeypatch):
     }
     rows = [row | {"scheduler": "gossip-ring", "seed": s} for s in range(2)]
     text = bench.table(rows)
-    assert "| serial | 4 | gossip-ring | 0/2 | ≥ 80.0" in text
+    assert "| CartPole-v1 | serial | 4 | gossip-ring | 0/2 | ≥ 80.0" in text
+    acrobot = bench.table([r | {"env": "Acrobot-v1"} for r in rows])
+    assert "| Acrobot-v1 | serial | 4 | gossip-ring | 0/2 |" in acrobot
 
 
 # --- each scheduler's settings and wiring, as mutation testing pins them ------------------------
