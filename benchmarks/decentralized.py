@@ -11,10 +11,12 @@ the time-varying exponential graph). Workers have heterogeneous speeds (``--clus
 seeded per run). Each run stops when the mean evaluation return reaches the env's
 threshold or at ``--budget`` env steps.
 
-Reported per scheduler and N: runs solved; env steps and virtual seconds to solve (an
-unsolved run counts as its budget and its final virtual time: a lower bound, marked ≥);
-final evaluation return; the decentralized runs' mean consensus distance. Means with 95 %
-stratified-bootstrap CIs over seeds (``hybrid.stats.aggregate``). Rows go to ``--out``
+Reported per scheduler and N: runs solved; env steps and virtual seconds to solve as
+Kaplan-Meier medians with 95 % CIs (``hybrid.stats.median_steps_to_solve``: an unsolved
+run is censored at its budget and its final time, "not reached" when fewer than half
+solve, ∞ for a bound the runs cannot place); final evaluation return and the
+decentralized runs' mean consensus distance as means with 95 % bootstrap CIs over seeds
+(``hybrid.stats.aggregate``). Rows go to ``--out``
 as JSON lines as they finish, so an interrupted sweep keeps what it ran; ``--table`` prints
 the table of an existing file without running anything.
 
@@ -73,6 +75,7 @@ def run_one(label: str, workers: int, seed: int, args: argparse.Namespace) -> di
         None,
     )
     return {
+        "env": args.env,
         "runtime": args.runtime,
         "scheduler": label,
         "workers": workers,
@@ -88,43 +91,56 @@ def run_one(label: str, workers: int, seed: int, args: argparse.Namespace) -> di
     }
 
 
-def table(rows: list[dict[str, object]]) -> str:
-    from hybrid.stats import aggregate
+def _cell_key(row: dict[str, object]) -> tuple[str, str, int]:
+    """A table cell's env, runtime and N (rows written before env was recorded ran CartPole)."""
+    return (
+        str(row.get("env", "CartPole-v1")),
+        str(row.get("runtime", "serial")),
+        int(row["workers"]),  # type: ignore[call-overload]
+    )
 
-    def cell(values: list[float], digits: int, censored: bool = False) -> str:
+
+def table(rows: list[dict[str, object]]) -> str:
+    from hybrid.stats import aggregate, median_steps_to_solve
+
+    def mean(values: list[float], digits: int) -> str:
         stats = aggregate(np.asarray(values, dtype=float), reps=2000, rng=0)
         low, high = stats["mean_ci"]  # type: ignore[misc]
-        mark = "≥ " if censored else ""
-        return f"{mark}{stats['mean']:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+        return f"{stats['mean']:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+    def median(values: list[float], solved: list[bool]) -> str:
+        # Kaplan-Meier: an unsolved run is censored where it stopped, never dropped
+        point, low, high = median_steps_to_solve(values, solved)
+
+        def shown(x: float) -> str:
+            return "∞" if np.isinf(x) else f"{x:.1f}"
+
+        head = "not reached" if np.isinf(point) else shown(point)
+        return f"{head} [{shown(low)}, {shown(high)}]"
 
     lines = [
-        "| runtime | N | scheduler | solved | env steps to solve (k) | time to solve (s) "
+        "| env | runtime | N | scheduler | solved | env steps to solve (k) | time to solve (s) "
         "| final return | consensus distance |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    keys = sorted({(str(r.get("runtime", "serial")), int(r["workers"])) for r in rows})  # type: ignore[call-overload]
-    for runtime, workers in keys:
+    keys = sorted({_cell_key(r) for r in rows})
+    for env, runtime, workers in keys:
         for label in SCHEDULERS:
-            group = [
-                r
-                for r in rows
-                if r["workers"] == workers
-                and r["scheduler"] == label
-                and r.get("runtime", "serial") == runtime
-            ]
+            where = (env, runtime, workers)
+            group = [r for r in rows if _cell_key(r) == where and r["scheduler"] == label]
             if not group:
                 continue
             # the virtual clock's seconds on serial, training wall seconds elsewhere
             clock = "virtual_s_to_solve" if runtime == "serial" else "wall_s_to_solve"
-            unsolved = any(not r["solved"] for r in group)
+            solved = [bool(r["solved"]) for r in group]
             consensus = [r["consensus_distance_mean"] for r in group]
             lines.append(
-                f"| {runtime} | {workers} | {label} "
-                f"| {sum(bool(r['solved']) for r in group)}/{len(group)} "
-                f"| {cell([r['env_steps_to_solve'] / 1000 for r in group], 1, unsolved)} "  # type: ignore[operator]
-                f"| {cell([r[clock] for r in group], 1, unsolved)} "  # type: ignore[misc]
-                f"| {cell([r['final_eval_return'] for r in group], 1)} "  # type: ignore[misc]
-                f"| {cell(consensus, 4) if consensus[0] is not None else '—'} |"  # type: ignore[arg-type]
+                f"| {env} | {runtime} | {workers} | {label} "
+                f"| {sum(solved)}/{len(group)} "
+                f"| {median([r['env_steps_to_solve'] / 1000 for r in group], solved)} "  # type: ignore[operator]
+                f"| {median([r[clock] for r in group], solved)} "  # type: ignore[misc]
+                f"| {mean([r['final_eval_return'] for r in group], 1)} "  # type: ignore[misc]
+                f"| {mean(consensus, 4) if consensus[0] is not None else '—'} |"  # type: ignore[arg-type]
             )
     return "\n".join(lines)
 
@@ -149,7 +165,7 @@ def main() -> None:
     if not args.table:
         done = (
             {
-                (r.get("runtime", "serial"), r["scheduler"], r["workers"], r["seed"])
+                (*_cell_key(r), r["scheduler"], r["seed"])
                 for r in (json.loads(line) for line in out.read_text().splitlines() if line.strip())
             }
             if out.exists()
@@ -159,7 +175,7 @@ def main() -> None:
         for seed in range(args.seeds):
             for workers in args.workers:
                 for label in args.schedulers:
-                    if (args.runtime, label, workers, seed) in done:
+                    if (args.env, args.runtime, workers, label, seed) in done:
                         continue
                     row = run_one(label, workers, seed, args)
                     print(json.dumps(row), flush=True)
