@@ -16,7 +16,10 @@ Kaplan-Meier medians with 95 % CIs (``hybrid.stats.median_steps_to_solve``: an u
 run is censored at its budget and its final time, "not reached" when fewer than half
 solve, ∞ for a bound the runs cannot place); final evaluation return and the
 decentralized runs' mean consensus distance as means with 95 % bootstrap CIs over seeds
-(``hybrid.stats.aggregate``). Rows go to ``--out``
+(``hybrid.stats.aggregate``); each scheduler against ``sync`` in the same cell, the
+log-rank test's p-value in env steps and in time to solve (``scipy.stats.logrank``,
+censored runs counted): with 5 seeds a Kaplan-Meier CI is unbounded above, and this is
+the comparison the runs can still make. Rows go to ``--out``
 as JSON lines as they finish, so an interrupted sweep keeps what it ran; ``--table`` prints
 the table of an existing file without running anything.
 
@@ -101,7 +104,14 @@ def _cell_key(row: dict[str, object]) -> tuple[str, str, int]:
 
 
 def table(rows: list[dict[str, object]]) -> str:
+    from scipy.stats import CensoredData, logrank
+
     from hybrid.stats import aggregate, median_steps_to_solve
+
+    def censored(group: list[dict[str, object]], key: str) -> CensoredData:
+        values = np.array([r[key] for r in group], dtype=float)
+        solved = np.array([bool(r["solved"]) for r in group])
+        return CensoredData(uncensored=values[solved], right=values[~solved])
 
     def mean(values: list[float], digits: int) -> str:
         stats = aggregate(np.asarray(values, dtype=float), reps=2000, rng=0)
@@ -118,20 +128,36 @@ def table(rows: list[dict[str, object]]) -> str:
         head = "not reached" if np.isinf(point) else shown(point)
         return f"{head} [{shown(low)}, {shown(high)}]"
 
+    def against_sync(group: list[dict[str, object]], sync: list[dict[str, object]]) -> str:
+        """Log-rank p-values of the group against sync's runs in the same cell, in env steps
+        and in time to solve (censored runs counted; scipy's ``stats.logrank``)."""
+        if not sync:
+            return "—"
+        p = [
+            logrank(censored(group, key), censored(sync, key)).pvalue
+            for key in ("env_steps_to_solve", clock_of(group))
+        ]
+        return f"{p[0]:.2f} / {p[1]:.2f}"
+
+    def clock_of(group: list[dict[str, object]]) -> str:
+        # the virtual clock's seconds on serial, training wall seconds elsewhere
+        serial = group[0].get("runtime", "serial") == "serial"
+        return "virtual_s_to_solve" if serial else "wall_s_to_solve"
+
     lines = [
         "| env | runtime | N | scheduler | solved | env steps to solve (k) | time to solve (s) "
-        "| final return | consensus distance |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| final return | consensus distance | log-rank p vs sync (steps / time) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     keys = sorted({_cell_key(r) for r in rows})
     for env, runtime, workers in keys:
+        where = (env, runtime, workers)
+        sync = [r for r in rows if _cell_key(r) == where and r["scheduler"] == "sync"]
         for label in SCHEDULERS:
-            where = (env, runtime, workers)
             group = [r for r in rows if _cell_key(r) == where and r["scheduler"] == label]
             if not group:
                 continue
-            # the virtual clock's seconds on serial, training wall seconds elsewhere
-            clock = "virtual_s_to_solve" if runtime == "serial" else "wall_s_to_solve"
+            clock = clock_of(group)
             solved = [bool(r["solved"]) for r in group]
             consensus = [r["consensus_distance_mean"] for r in group]
             lines.append(
@@ -140,7 +166,8 @@ def table(rows: list[dict[str, object]]) -> str:
                 f"| {median([r['env_steps_to_solve'] / 1000 for r in group], solved)} "  # type: ignore[operator]
                 f"| {median([r[clock] for r in group], solved)} "  # type: ignore[misc]
                 f"| {mean([r['final_eval_return'] for r in group], 1)} "  # type: ignore[misc]
-                f"| {mean(consensus, 4) if consensus[0] is not None else '—'} |"  # type: ignore[arg-type]
+                f"| {mean(consensus, 4) if consensus[0] is not None else '—'} "  # type: ignore[arg-type]
+                f"| {against_sync(group, sync) if label != 'sync' else '—'} |"
             )
     return "\n".join(lines)
 

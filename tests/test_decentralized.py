@@ -467,6 +467,13 @@ def test_the_benchmark_runs_valid_configs_and_prints_its_table(monkeypatch):
     assert "| CartPole-v1 | serial | 4 | gossip-ring | 0/2 | not reached [" in text
     acrobot = bench.table([r | {"env": "Acrobot-v1"} for r in rows])
     assert "| Acrobot-v1 | serial | 4 | gossip-ring | 0/2 |" in acrobot
+    assert text.endswith("| — |")  # no sync runs in the cell: nothing to test against
+    sync = [row | {"scheduler": "sync", "seed": s, "solved": True} for s in range(2)]
+    against = bench.table(rows + [r | {"env_steps_to_solve": 10_000} for r in sync])
+    ring = next(line for line in against.splitlines() if "gossip-ring" in line)
+    # every sync run solved before any ring run stopped: the log-rank test sees a difference
+    p_steps, p_time = (float(p) for p in ring.rstrip(" |").rsplit("| ", 1)[1].split(" / "))
+    assert 0 < p_steps < 0.2 and 0 < p_time <= 1
 
 
 # --- each scheduler's settings and wiring, as mutation testing pins them ------------------------
