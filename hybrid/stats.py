@@ -386,10 +386,10 @@ def solve_curve(
             warnings.simplefilter("ignore", RuntimeWarning)
             band = cdf.confidence_interval(confidence, method="log-log")
         low, high = band.low.probabilities.copy(), band.high.probabilities.copy()
-        # Undefined where no run is left at risk or none solved yet: keep the last bound
-        # (0 before any), and 1 as the upper bound once every run solved.
+        # Undefined where no run is left at risk or none solved yet: keep the last lower
+        # bound (0 before any); fmax skips NaN, so an undefined upper bound is the estimate
+        # itself (1 once every run solved), never below an earlier one.
         low = np.fmax.accumulate(np.where(np.isnan(low), 0.0, low))
-        high = np.where(np.isnan(high), np.where(p >= 1.0, 1.0, p), high)
         high = np.fmax.accumulate(np.fmax(high, p))
         low = np.fmin(low, p)
     else:

@@ -579,6 +579,8 @@ def test_a_task_given_as_a_column_of_runs_is_read_as_its_runs() -> None:
 def test_steps_given_as_a_column_are_read_as_runs() -> None:
     flat = solve_curve([1000.0, 2000.0, 3000.0], [True, True, False])
     column = solve_curve(np.array([[1000.0], [2000.0], [3000.0]]), [True, True, False])
-    np.testing.assert_array_equal(column.steps, flat.steps)
-    np.testing.assert_array_equal(column.fraction, flat.fraction)
-    assert column.median == flat.median and column.n_runs == 3
+    both = solve_curve(np.array([[1000.0], [2000.0], [3000.0]]), np.array([[1], [1], [0]]))
+    for curve in (column, both):  # a column of outcomes too, as a frame's column gives it
+        np.testing.assert_array_equal(curve.steps, flat.steps)
+        np.testing.assert_array_equal(curve.fraction, flat.fraction)
+        assert curve.median == flat.median and curve.n_runs == 3 and curve.n_solved == 2
