@@ -61,27 +61,35 @@ def test_the_settings_checks_are_the_config_checks(changes: dict, field: str) ->
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "file", "cls", "args"),
+    [
+        ("sync", "synchronous.py", "Sync", {}),
+        ("async", "asynchronous.py", "Async", {}),
+        ("bounded", "bounded.py", "Bounded", {"staleness_bound": 1}),
+        ("gossip", "gossip.py", "Gossip", {"topology": "ring"}),
+        ("ad-psgd", "ad_psgd.py", "AdPsgd", {"topology": "ring"}),
+        ("sgp", "sgp.py", "Sgp", {"delay": 1}),
+    ],
+)
 def test_a_built_in_scheduler_copied_out_of_the_package_runs_as_a_user_scheduler(
-    tiny_config, tmp_path: Path
+    tiny_config, tmp_path: Path, name: str, file: str, cls: str, args: dict
 ) -> None:
-    """bounded.py, copied as it is to a folder of its own and named by path, runs the same
-    run as the built-in (the same parameters to the last bit)."""
-    copy = tmp_path / "my_schedulers" / "bounded_copy.py"
+    """A built-in scheduler's file, copied as it is to a folder of its own and named by
+    path, runs the same run as the built-in (the same parameters to the last bit)."""
+    copy = tmp_path / "my_schedulers" / f"{name}_copy.py"
     copy.parent.mkdir()
-    shutil.copy(ROOT / "hybrid" / "schedulers" / "bounded.py", copy)
+    shutil.copy(ROOT / "hybrid" / "schedulers" / file, copy)
     built_in = hybrid.train(
-        tiny_config(out=str(tmp_path / "built_in"), scheduler="bounded", staleness_bound=1)
+        tiny_config(out=str(tmp_path / "built_in"), scheduler=name, scheduler_args=dict(args))
     )
     copied = hybrid.train(
-        tiny_config(
-            out=str(tmp_path / "copied"),
-            scheduler=f"{copy}:Bounded",
-            scheduler_args={"staleness_bound": 1},
-        )
+        tiny_config(out=str(tmp_path / "copied"), scheduler=f"{copy}:{cls}", scheduler_args=args)
     )
     assert copied.summary["final_params_sha256"] == built_in.summary["final_params_sha256"]
     assert copied.summary["staleness_histogram"] == built_in.summary["staleness_histogram"]
-    assert copied.summary["staleness_unit"] == "updates"
+    assert copied.summary["staleness_unit"] == built_in.summary["staleness_unit"]
+    assert copied.summary["evaluated_model"] == built_in.summary["evaluated_model"]
 
 
 # --- no default written twice -------------------------------------------------------------------

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import crash_copy, make_update, metric_rows
@@ -20,7 +21,14 @@ from conftest import crash_copy, make_update, metric_rows
 import hybrid
 from hybrid import ConfigError, Scheduler, Step, TrainConfig
 from hybrid.checkpoint import list_checkpoints
-from hybrid.schedulers import SCHEDULERS, make_settings, resolve_scheduler
+from hybrid.protocol import ComputeGradient
+from hybrid.schedulers import (
+    SCHEDULERS,
+    MixingStep,
+    ReplicaScheduler,
+    make_settings,
+    resolve_scheduler,
+)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "schedulers"
 DC_ASGD = f"{EXAMPLES / 'dc_asgd.py'}:DCASGD"
@@ -594,3 +602,54 @@ def test_the_guard_passes_good_answers_through_unchanged(guarded):
     step = scheduler.combine()
     assert torch.equal(step.direction, torch.tensor([1.0, 2.0, 3.0, 4.0]))
     assert scheduler.task_kind is Scripted.task_kind and scheduler.answers is answers
+
+
+class ScriptedMixer(ReplicaScheduler):
+    """A decentralized scheduler of one's own whose combine() returns what a test says."""
+
+    Settings = None
+    task_kind = ComputeGradient
+    staleness_unit = "rounds"
+    pair_lock = False
+
+    def __init__(self, workers: int, settings: object = None) -> None:
+        super().__init__(workers)
+        self.spectral_gap = 0.25
+        self.answer: object = None
+
+    def ready(self, idle, version):
+        return list(idle)
+
+    def full(self):
+        return bool(self.buffer)
+
+    def combine(self):
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (Step(torch.zeros(4)), "a decentralized scheduler returns a MixingStep or None"),
+        (MixingStep(None, mixing=np.eye(2)), "expected None or a finite 3×3 numpy array"),
+        (MixingStep(None, mixing=np.full((3, 3), np.nan)), "finite 3×3"),
+        (MixingStep(None, mixing=np.eye(3), delay=-1), "delay -1; expected >= 0"),
+    ],
+)
+def test_a_decentralized_scheduler_of_ones_own_is_guarded_as_one(answer, says):
+    """The registry guards a user's ReplicaScheduler as a ReplicaScheduler: the loop sees its
+    replica settings, and its steps are checked as mixes of the replicas."""
+    from hybrid.errors import SchedulerFault
+    from hybrid.schedulers.guard import GuardedReplicas, construct
+
+    scheduler = construct("mixer.py:ScriptedMixer", ScriptedMixer, 3, None)
+    assert isinstance(scheduler, GuardedReplicas) and isinstance(scheduler, ReplicaScheduler)
+    assert scheduler.pair_lock is False and scheduler.push_sum is False  # inner's, not defaults
+    assert scheduler.spectral_gap == 0.25 and scheduler.describe().endswith("gap 0.2500")
+    scheduler.inner.answer = MixingStep(None, mixing=np.full((3, 3), 1 / 3))
+    assert scheduler.combine() is scheduler.inner.answer  # a good mix passes unchanged
+    scheduler.inner.answer = answer
+    with pytest.raises(SchedulerFault) as err:
+        scheduler.combine()
+    message = str(err.value)
+    assert message.startswith("scheduler mixer.py:ScriptedMixer: combine() ") and says in message

@@ -47,7 +47,7 @@ from hybrid.schedulers.ad_psgd import AdPsgd, AdPsgdSettings
 from hybrid.schedulers.asynchronous import Async
 from hybrid.schedulers.base import ModelView, Scheduler, Verdict
 from hybrid.schedulers.bounded import Bounded
-from hybrid.schedulers.decentralized import MixingStep, ReplicaScheduler
+from hybrid.schedulers.decentralized import MixingStep, ReplicaScheduler, RoundReplicas
 from hybrid.schedulers.fedavg import FedAvg
 from hybrid.schedulers.gossip import Gossip, GossipSettings
 from hybrid.schedulers.guard import Guarded, construct
@@ -356,6 +356,7 @@ __all__ = [
     "MixingStep",
     "ModelView",
     "ReplicaScheduler",
+    "RoundReplicas",
     "Scheduler",
     "SchedulerEntry",
     "SchedulerSettings",

@@ -26,6 +26,7 @@ import torch
 from hybrid.errors import ConfigError, SchedulerFault
 from hybrid.protocol import CollectExperience, Step, Update, Verdict
 from hybrid.schedulers.base import ModelView, Scheduler
+from hybrid.schedulers.decentralized import MixingStep, ReplicaScheduler
 
 _SHOWN = 120  # characters of a returned value quoted in a message
 
@@ -47,6 +48,8 @@ def construct(name: str, cls: type[Scheduler], *args: Any) -> Guarded:
         scheduler = cls(*args)
     except Exception as exc:
         raise ConfigError(f"scheduler {name}: {cls.__name__}.__init__ {_raised(exc)}") from None
+    if isinstance(scheduler, ReplicaScheduler):
+        return GuardedReplicas(scheduler, name)
     return Guarded(scheduler, name)
 
 
@@ -179,20 +182,7 @@ class Guarded(Scheduler):
     def _check_step(self, step: object) -> None:
         if not isinstance(step, Step):
             raise self.fault("combine()", f"returned {shown(step)}; expected a Step or None")
-        if not isinstance(step.lr_scale, int | float) or isinstance(step.lr_scale, bool):
-            raise self.fault("combine()", f"returned a Step with lr_scale {shown(step.lr_scale)}")
-        if not math.isfinite(step.lr_scale) or step.lr_scale < 0:
-            raise self.fault(
-                "combine()", f"returned a Step with lr_scale {step.lr_scale!r}; expected >= 0"
-            )
-        if not isinstance(step.updates, list) or not all(
-            isinstance(u, Update) for u in step.updates
-        ):
-            raise self.fault(
-                "combine()",
-                f"returned a Step whose updates are {shown(step.updates)}; expected a list of "
-                "the Updates it combines",
-            )
+        self._check_scale_and_updates(step)
         if self.task_kind is CollectExperience:
             if not isinstance(step.batch, list):
                 raise self.fault(
@@ -213,6 +203,22 @@ class Guarded(Scheduler):
                 "combine()",
                 f"returned a Step whose direction has shape {tuple(direction.shape)}; the "
                 f"model's parameters have shape {tuple(params.shape)}",
+            )
+
+    def _check_scale_and_updates(self, step: Step) -> None:
+        if not isinstance(step.lr_scale, int | float) or isinstance(step.lr_scale, bool):
+            raise self.fault("combine()", f"returned a Step with lr_scale {shown(step.lr_scale)}")
+        if not math.isfinite(step.lr_scale) or step.lr_scale < 0:
+            raise self.fault(
+                "combine()", f"returned a Step with lr_scale {step.lr_scale!r}; expected >= 0"
+            )
+        if not isinstance(step.updates, list) or not all(
+            isinstance(u, Update) for u in step.updates
+        ):
+            raise self.fault(
+                "combine()",
+                f"returned a Step whose updates are {shown(step.updates)}; expected a list of "
+                "the Updates it combines",
             )
 
     def metrics(self) -> dict[str, float]:
@@ -256,6 +262,46 @@ class Guarded(Scheduler):
             ) from None
 
 
+class GuardedReplicas(Guarded, ReplicaScheduler):
+    """A decentralized scheduler of yours, guarded: the loop and the runtimes see a
+    ``ReplicaScheduler`` (a replica per worker, ``MixingStep``s) with its replica settings,
+    and each step is checked as a mix of the replicas."""
+
+    def __init__(self, inner: ReplicaScheduler, name: str) -> None:
+        super().__init__(inner, name)  # Guarded's: the replicas' state stays inner's
+        # ReplicaScheduler's class defaults would shadow inner's own values: copy them
+        for attribute in ("replicas", "evaluate_replicas", "pair_lock", "push_sum"):
+            self.__dict__[attribute] = getattr(inner, attribute)
+
+    def describe(self) -> str:
+        return str(self._call("describe"))
+
+    def _check_step(self, step: object) -> None:
+        if not isinstance(step, MixingStep):
+            raise self.fault(
+                "combine()",
+                f"returned {shown(step)}; a decentralized scheduler returns a MixingStep or None",
+            )
+        self._check_scale_and_updates(step)
+        k = self.workers
+        mixing = step.mixing
+        if mixing is not None and (
+            not isinstance(mixing, np.ndarray)
+            or mixing.shape != (k, k)
+            or mixing.dtype.kind not in "fiu"
+            or not np.isfinite(mixing).all()
+        ):
+            raise self.fault(
+                "combine()",
+                f"returned a MixingStep whose mixing is {shown(mixing)}; expected None or a "
+                f"finite {k}×{k} numpy array (X ← P X over the {k} replicas)",
+            )
+        if isinstance(step.delay, bool) or not isinstance(step.delay, int) or step.delay < 0:
+            raise self.fault(
+                "combine()", f"returned a MixingStep with delay {shown(step.delay)}; expected >= 0"
+            )
+
+
 _PLAIN = (str, int, float, bool, bytes, type(None), torch.Tensor, np.generic, np.random.Generator)
 
 
@@ -287,4 +333,4 @@ def _not_plain(value: Any, where: str) -> str | None:
     return f"{where} = {shown(value)}"
 
 
-__all__ = ["Guarded", "construct"]
+__all__ = ["Guarded", "GuardedReplicas", "construct"]
