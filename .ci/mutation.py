@@ -9,6 +9,8 @@ and one configuration per directory, and the repository's own tree is never touc
     python .ci/mutation.py                      # every module in the table
     python .ci/mutation.py hybrid/fedopt.py     # some of them
     python .ci/mutation.py --list-survivors     # also print each surviving mutant's diff
+    python .ci/mutation.py hybrid/stats.py --tests tests/test_stats.py \
+        --mutants 'hybrid.stats.x__chunk_size*'   # some mutants, against some of its tests
 
 Not part of ``make test``: it runs the listed tests once per mutant (minutes to hours).
 The score is killed / (killed + survived); mutants that time out count as killed (the
@@ -143,7 +145,9 @@ def without_mutmut_table(pyproject: str) -> str:
     return re.sub(r"\n\[tool\.mutmut\][^\[]*", "\n", pyproject)
 
 
-def run_module(module: str, tests: list[str], workdir: Path, children: int) -> Counter[str]:
+def run_module(
+    module: str, tests: list[str], workdir: Path, children: int, mutants: list[str] | None = None
+) -> Counter[str]:
     """Mutate ``module`` in a copy under ``workdir``; the count of mutants by outcome."""
     copy = workdir / Path(module).stem
     copy.mkdir(parents=True)
@@ -161,7 +165,7 @@ def run_module(module: str, tests: list[str], workdir: Path, children: int) -> C
     mutmut = [sys.executable, "-m", "mutmut"]
     env = os.environ | {"WANDB_MODE": "offline", "PYTHONHASHSEED": "0"}
     subprocess.run(
-        [*mutmut, "run", "--max-children", str(children)],
+        [*mutmut, "run", "--max-children", str(children), *(mutants or [])],
         cwd=copy,
         env=env,
         check=False,
@@ -206,6 +210,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--children", type=int, default=1, help="mutants run at once")
     parser.add_argument("--list-survivors", action="store_true")
     parser.add_argument("--keep", type=Path, help="keep the copies in this folder")
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        help="run the mutants against these of the module's test files only (a mutant they "
+        "kill, the module's whole list kills too)",
+    )
+    parser.add_argument(
+        "--mutants",
+        nargs="+",
+        help="mutant names or patterns to run (mutmut's, e.g. 'hybrid.stats.x__chunk_size*'); "
+        "the others are counted as not checked",
+    )
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULE_TESTS]
     if unknown:
@@ -217,10 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for module in args.modules or list(MODULE_TESTS):
             tests = [t for t in MODULE_TESTS[module] if (ROOT / t).is_file()]
+            if args.tests:
+                outside = [t for t in args.tests if t not in tests]
+                if outside:
+                    parser.error(f"--tests: {', '.join(outside)} not among {module}'s {tests}")
+                tests = list(args.tests)
             if not (ROOT / module).is_file() or not tests:
                 print(f"{module}: skipped (no module or none of its tests exist)", flush=True)
                 continue
-            outcomes = run_module(module, tests, workdir, args.children)
+            outcomes = run_module(module, tests, workdir, args.children, args.mutants)
             module_score = score(outcomes)
             shown = "n/a" if module_score is None else f"{module_score:.0%}"
             detail = ", ".join(f"{count} {status}" for status, count in sorted(outcomes.items()))
