@@ -267,11 +267,19 @@ class GuardedReplicas(Guarded, ReplicaScheduler):
     ``ReplicaScheduler`` (a replica per worker, ``MixingStep``s) with its replica settings,
     and each step is checked as a mix of the replicas."""
 
-    def __init__(self, inner: ReplicaScheduler, name: str) -> None:
-        super().__init__(inner, name)  # Guarded's: the replicas' state stays inner's
-        # ReplicaScheduler's class defaults would shadow inner's own values: copy them
-        for attribute in ("replicas", "evaluate_replicas", "pair_lock", "push_sum"):
-            self.__dict__[attribute] = getattr(inner, attribute)
+    # ReplicaScheduler's class defaults would shadow inner's own values (``__getattr__``
+    # only sees names not found on the class): read them from inner
+    @property  # type: ignore[override]
+    def evaluate_replicas(self) -> bool:
+        return bool(self.inner.evaluate_replicas)
+
+    @property  # type: ignore[override]
+    def pair_lock(self) -> bool:
+        return bool(self.inner.pair_lock)
+
+    @property  # type: ignore[override]
+    def push_sum(self) -> bool:
+        return bool(self.inner.push_sum)
 
     def describe(self) -> str:
         return str(self._call("describe"))
